@@ -1,0 +1,25 @@
+"""convt2d: a fast, drop-in transposed 2-D convolution for PyTorch.
+
+    import convt2d
+    y = convt2d.forward(x, w, bias, stride, padding, output_padding, groups, dilation)
+    m = convt2d.ConvTranspose2d(64, 32, 4, stride=2, padding=1)   # nn.ConvTranspose2d drop-in
+    model = convt2d.convert(model)                                 # swap every nn.ConvTranspose2d
+
+The ops are registered as ``torch.ops.convt2d.forward`` and ``torch.ops.convt2d.backward``.
+"""
+from . import _C  # noqa: F401  (loads the compiled ops)
+from . import _ops  # noqa: F401  (autograd and fake kernels)
+from .functional import conv_transpose2d, forward
+from .modules import ConvTranspose2d, convert
+
+__version__ = "0.1.0"
+
+
+def cuda_available() -> bool:
+    """True when this build of convt2d has CUDA kernels."""
+    import torch
+
+    return torch._C._dispatch_has_kernel_for_dispatch_key("convt2d::forward", "CUDA")
+
+
+__all__ = ["forward", "conv_transpose2d", "ConvTranspose2d", "convert", "cuda_available"]

@@ -16,6 +16,12 @@
 #pragma once
 #include <cstdint>
 
+#if defined(__CUDACC__)
+#define CONVT2D_HD __host__ __device__ __forceinline__
+#else
+#define CONVT2D_HD inline
+#endif
+
 namespace convt2d {
 
 struct Problem {
@@ -23,15 +29,15 @@ struct Problem {
   int64_t Cout = 0, Ho = 0, Wo = 0;      // output
   int64_t kh = 1, kw = 1, groups = 1;
   int64_t sh = 1, sw = 1, ph = 0, pw = 0, oph = 0, opw = 0, dh = 1, dw = 1;
-  int64_t cin_g() const { return Cin / groups; }
-  int64_t cout_g() const { return Cout / groups; }
+  CONVT2D_HD int64_t cin_g() const { return Cin / groups; }
+  CONVT2D_HD int64_t cout_g() const { return Cout / groups; }
 };
 
-inline int64_t gcd64(int64_t a, int64_t b) {
+CONVT2D_HD int64_t gcd64(int64_t a, int64_t b) {
   while (b) { int64_t t = a % b; a = b; b = t; }
   return a;
 }
-inline int64_t floor_div(int64_t a, int64_t b) {  // b > 0
+CONVT2D_HD int64_t floor_div(int64_t a, int64_t b) {  // b > 0
   return (a >= 0) ? a / b : -((-a + b - 1) / b);
 }
 
@@ -46,7 +52,7 @@ struct PhaseDim {
   int64_t koff0 = 0, koff_step = 0;   // input offset of tap 0 and per tap
 };
 
-inline PhaseDim make_phase_dim(int64_t r, int64_t s, int64_t p, int64_t d,
+CONVT2D_HD PhaseDim make_phase_dim(int64_t r, int64_t s, int64_t p, int64_t d,
                                int64_t k, int64_t out) {
   PhaseDim pd;
   // q range: 0 <= q*s + r - p < out

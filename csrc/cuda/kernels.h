@@ -1,0 +1,80 @@
+// CUDA kernel parameters and launchers. Plain C++: no torch headers, so the
+// .cu files compile fast and only the op glue (convt2d_cuda.cpp) touches torch.
+#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+#include "common/problem.h"
+
+namespace convt2d {
+namespace cuda {
+
+enum class DType : int { kFloat = 0, kDouble = 1, kHalf = 2, kBFloat16 = 3 };
+
+// A 4-D tensor seen by a kernel: base pointer and element strides.
+struct TensorRef {
+  void* ptr = nullptr;
+  int64_t sn = 0, sc = 0, sh = 0, sw = 0;
+};
+
+// Implicit GEMM over a gathered activation (CUTLASS-style problem mapping):
+//   mode kForward: one GEMM per stride phase (ry, rx) and group g,
+//       M = N * nq_y * nq_x   (the phase's output pixels)
+//       N = Nc = Cout/groups  (output channels)
+//       K = Kc * ntap_y * ntap_x  (Kc = Cin/groups; only taps reaching the phase)
+//       src = x [N, Cin, H, W], dst = out [N, Cout, Ho, Wo]
+//   mode kDgrad (grad_input = strided conv2d of grad_output with the weight):
+//       one phase, M = N * H * W, N = Nc = Cin/groups, K = Kc * kh * kw (Kc = Cout/groups)
+//       src = grad_out [N, Cout, Ho, Wo], dst = grad_in [N, Cin, H, W]
+// wpk is the weight packed as [G][kh][kw][Kc][Nc] (contiguous), so a K-row
+// of B is contiguous over the GEMM's N.
+enum class IgemmMode : int { kForward = 0, kDgrad = 1 };
+enum class MathMode : int { kDefault = 0, kTF32 = 1, kIEEE = 2 };
+
+struct IgemmParams {
+  Problem p;
+  IgemmMode mode = IgemmMode::kForward;
+  TensorRef src, dst;
+  const void* wpk = nullptr;
+  const void* bias = nullptr;  // [G*Nc] or nullptr (forward only)
+  int64_t Hs = 0, Ws = 0;      // src spatial size
+  int64_t Hd = 0, Wd = 0;      // dst spatial size
+  int64_t Kc = 0, Nc = 0;      // reduced / produced channels per group
+  int64_t phases_y = 1, phases_x = 1;
+  int64_t max_m = 0;           // largest per-phase M (grid sizing)
+};
+
+// grad_weight[ci, co, ky, kx] = sum over (n, iy, ix) of x * grad_out(gathered):
+// per tap a GEMM with M = Cin/groups, N = Cout/groups, K = N*H*W, split-K over
+// blocks into a float/double workspace [splits][G][kh*kw][Cig][Cog], then a
+// fixed-order reduction over splits (deterministic).
+struct WgradParams {
+  Problem p;
+  TensorRef x, gout;
+  void* workspace = nullptr;  // float (double for fp64) [splits][G][kh*kw][Cig][Cog]
+  void* gw = nullptr;         // [Cin][Cog][kh][kw] contiguous, dtype of x
+  int64_t splits = 1;
+  int64_t k_per_split = 0;    // pixels per split (multiple of the tile's BK)
+};
+
+// Direct CUDA-core forward for few channels per group (write-bandwidth-bound
+// shapes): one thread per output pixel, COB output channels per thread,
+// the group's weights staged in shared memory.
+struct DirectParams {
+  Problem p;
+  TensorRef x, out;
+  const void* w = nullptr;     // [Cin][Cog][kh][kw] contiguous
+  const void* bias = nullptr;  // [Cout] or nullptr
+};
+
+// Launchers: return cudaSuccess or the launch error.
+cudaError_t launch_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
+cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
+cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
+
+// Heuristics the glue asks before launching.
+bool direct_forward_fits(const Problem& p, DType dt);  // shared-memory budget
+int64_t wgrad_split_count(const Problem& p, DType dt, MathMode math, int num_sms);
+int64_t wgrad_tile_k(DType dt, MathMode math);
+
+}  // namespace cuda
+}  // namespace convt2d

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One device call: build for sm_90, correctness sweep, tests, benchmark. Logs under $OUT.
+# usage: bash scripts/gpu_run.sh [check] [tests] [bench] [bench-args...]
+set -uo pipefail
+OUT=${OUT:-/tmp/convt2d-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/env.txt"
+python -c "import torch;print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" | tee -a "$OUT/env.txt"
+t0=$(date +%s)
+if ! MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0 python setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
+  grep -E "error" "$OUT/build.log" | head -30; tail -30 "$OUT/build.log"; exit 1
+fi
+echo "build: $(( $(date +%s) - t0 )) s"
+export PYTHONPATH=$PWD/python
+for step in "$@"; do
+  case "$step" in
+    check) timeout 300 python scripts/gpu_check.py 2>&1 | tee "$OUT/check.log" | grep -v "^$" | tail -25 ;;
+    tests) timeout 400 python -m pytest -q -x -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+    bench) shift_args=${BENCH_ARGS:-}; timeout 400 python -m convt2d.bench --outdir "$OUT" $shift_args 2>&1 | tee "$OUT/bench.log" | tail -45 ;;
+  esac
+done

@@ -7,6 +7,8 @@
 
 The ops are registered as ``torch.ops.convt2d.forward`` and ``torch.ops.convt2d.backward``.
 """
+import torch  # noqa: F401  (loads libc10/libtorch before the extension)
+
 from . import _C  # noqa: F401  (loads the compiled ops)
 from . import _ops  # noqa: F401  (autograd and fake kernels)
 from .functional import conv_transpose2d, forward
@@ -17,8 +19,6 @@ __version__ = "0.1.0"
 
 def cuda_available() -> bool:
     """True when this build of convt2d has CUDA kernels."""
-    import torch
-
     return torch._C._dispatch_has_kernel_for_dispatch_key("convt2d::forward", "CUDA")
 
 

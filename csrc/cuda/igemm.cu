@@ -2,6 +2,9 @@
 // on tensor cores (WMMA) or CUDA cores. See kernels.h for the mapping.
 #include "cuda/kernels.h"
 #include "cuda/mma_core.cuh"
+#include "common/static_switch.h"
+#include <cstdint>
+#include <cstdlib>
 
 namespace convt2d {
 namespace cuda {
@@ -23,8 +26,9 @@ __device__ __forceinline__ Geo make_geo(IgemmMode mode, int64_t r, int64_t s, in
   return g;
 }
 
-template <class Tr>
-__global__ void __launch_bounds__(256) igemm_kernel(const IgemmParams prm) {
+// kVecB: B rows are loaded as 16-byte vectors (needs Nc % (16/sizeof(T)) == 0).
+template <class Tr, bool kVecB, int kMinBlocks>
+__global__ void __launch_bounds__(256, kMinBlocks) igemm_kernel(const IgemmParams prm) {
   using T = typename Tr::T;
   using Acc = typename Tr::Acc;
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, NT = Tr::kThreads;
@@ -67,19 +71,25 @@ __global__ void __launch_bounds__(256) igemm_kernel(const IgemmParams prm) {
   const int64_t a_iy0 = a_qy * gy.im + gy.ia, a_ix0 = a_qx * gx.im + gx.ia;
   const int64_t a_base = a_n * prm.src.sn + g * Kc * prm.src.sc;
 
-  // ---- B loader -------------------------------------------------------------
-  constexpr int B_ROWS_STEP = NT / BN;
+  // ---- B loader: kVecB ? 16-byte vectors along n : one element ---------------
+  constexpr int BV = kVecB ? 16 / int(sizeof(T)) : 1;  // elements per load
+  constexpr int B_TPR = BN / BV;                       // threads per k-row
+  constexpr int B_ROWS_STEP = NT / B_TPR;
   constexpr int B_LOADS = BK / B_ROWS_STEP;
-  static_assert(NT % BN == 0 && BK % B_ROWS_STEP == 0 && BK % A_ROWS_STEP == 0, "tile");
-  const int b_n = tid % BN;
-  const int b_k = tid / BN;
-  const bool b_nvalid = n0 + b_n < Nc;
+  static_assert(NT % B_TPR == 0 && BK % B_ROWS_STEP == 0 && BK % A_ROWS_STEP == 0, "tile");
+  using BVec = typename std::conditional<kVecB, uint4, T>::type;
+  const int b_n = (tid % B_TPR) * BV;
+  const int b_k = tid / B_TPR;
+  const bool b_nvalid = n0 + b_n < Nc;  // with kVecB, Nc % BV == 0: all BV or none
+  BVec bzero;
+  if constexpr (kVecB) bzero = make_uint4(0, 0, 0, 0); else bzero = Cvt<T>::zero();
 
   const int64_t kc_tiles = (Kc + BK - 1) / BK;
   const int64_t ntap = gy.ntap * gx.ntap;
   const int64_t iters = ntap * kc_tiles;
 
-  T ra[A_LOADS], rb[B_LOADS];
+  T ra[A_LOADS];
+  BVec rb[B_LOADS];
   auto load_global = [&](int64_t it) {
     const int64_t tap = it / kc_tiles;
     const int64_t c0 = (it - tap * kc_tiles) * BK;
@@ -97,7 +107,7 @@ __global__ void __launch_bounds__(256) igemm_kernel(const IgemmParams prm) {
 #pragma unroll
     for (int i = 0; i < B_LOADS; ++i) {
       const int k = b_k + i * B_ROWS_STEP;
-      rb[i] = (b_nvalid && c0 + k < Kc) ? bp[k * Nc] : Cvt<T>::zero();
+      rb[i] = (b_nvalid && c0 + k < Kc) ? *reinterpret_cast<const BVec*>(bp + k * Nc) : bzero;
     }
   };
   auto store_smem = [&](int stage) {
@@ -106,7 +116,8 @@ __global__ void __launch_bounds__(256) igemm_kernel(const IgemmParams prm) {
 #pragma unroll
     for (int i = 0; i < A_LOADS; ++i) sA[(a_k + i * A_ROWS_STEP) * Tr::LDA + a_m] = ra[i];
 #pragma unroll
-    for (int i = 0; i < B_LOADS; ++i) sB[(b_k + i * B_ROWS_STEP) * Tr::LDB + b_n] = rb[i];
+    for (int i = 0; i < B_LOADS; ++i)
+      *reinterpret_cast<BVec*>(sB + (b_k + i * B_ROWS_STEP) * Tr::LDB + b_n) = rb[i];
   };
 
   BlockMma<Tr> mma;
@@ -143,18 +154,37 @@ __global__ void __launch_bounds__(256) igemm_kernel(const IgemmParams prm) {
   }
 }
 
-template <class Tr>
-static cudaError_t run(const IgemmParams& prm, cudaStream_t st) {
+template <class Tr, bool kVecB, int kMinBlocks>
+static cudaError_t run_kernel(const IgemmParams& prm, cudaStream_t st) {
   const int64_t gx = (prm.max_m + Tr::BM - 1) / Tr::BM;
   const int64_t gy = (prm.Nc + Tr::BN - 1) / Tr::BN;
   const int64_t gz = prm.phases_y * prm.phases_x * prm.p.groups;
   if (gx > 0x7fffffffLL || gy > 65535 || gz > 65535) return cudaErrorInvalidConfiguration;
-  auto kern = igemm_kernel<Tr>;
+  auto kern = igemm_kernel<Tr, kVecB, kMinBlocks>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        Tr::kSmemBytes);
   if (e != cudaSuccess) return e;
   kern<<<dim3(unsigned(gx), unsigned(gy), unsigned(gz)), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
   return cudaGetLastError();
+}
+
+// CONVT2D_IGEMM_MINBLOCKS=1 selects the register-rich variant (for A/B timing).
+static int min_blocks_choice() {
+  static const int v = [] {
+    const char* e = std::getenv("CONVT2D_IGEMM_MINBLOCKS");
+    return (e && e[0] == '1') ? 1 : 2;
+  }();
+  return v;
+}
+
+template <class Tr>
+static cudaError_t run(const IgemmParams& prm, cudaStream_t st) {
+  constexpr int V = 16 / int(sizeof(typename Tr::T));
+  const bool vec = prm.Nc % V == 0 && (reinterpret_cast<uintptr_t>(prm.wpk) % 16) == 0;
+  const bool mb1 = min_blocks_choice() == 1;
+  return BOOL_SWITCH(vec, kVec, [&] {
+    return mb1 ? run_kernel<Tr, kVec, 1>(prm, st) : run_kernel<Tr, kVec, 2>(prm, st);
+  });
 }
 
 template <typename T, bool TC, int BK>

@@ -1,5 +1,6 @@
 #include "glue.h"
 #include <c10/util/Exception.h>
+#include <string>
 
 namespace convt2d {
 
@@ -28,19 +29,24 @@ Problem make_problem(const at::Tensor& input, const at::Tensor& weight,
   TORCH_CHECK(input.device() == weight.device(),
               "Expected all tensors to be on the same device, but found at least two "
               "devices, ", input.device(), " and ", weight.device(), "!");
+  // torch's CPU message carries a oneDNN clause; keep the text identical.
+  auto mkldnn_clause = [&](const char* what) {
+    return input.is_cuda() ? std::string() :
+        std::string(" or input should be a MKLDNN tensor and ") + what + " is a dense tensor";
+  };
   TORCH_CHECK(input.scalar_type() == weight.scalar_type(), "Input type (",
               input.toString(), ") and weight type (", weight.toString(),
-              ") should be the same");
-  TORCH_CHECK(at::isFloatingType(input.scalar_type()),
-              "convt2d: expected a floating-point input (float64, float32, float16 or "
-              "bfloat16), but got ", input.scalar_type());
+              ") should be the same", mkldnn_clause("weight"));
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()),
+              "\"conv_transpose2d\" not implemented for '", c10::toString(input.scalar_type()),
+              "' (convt2d supports float64, float32, float16 and bfloat16)");
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(bias->device() == input.device(),
                 "Expected all tensors to be on the same device, but found at least two "
                 "devices, ", input.device(), " and ", bias->device(), "!");
     TORCH_CHECK(bias->scalar_type() == input.scalar_type(), "Input type (",
                 input.toString(), ") and bias type (", bias->toString(),
-                ") should be the same");
+                ") should be the same", mkldnn_clause("bias"));
   }
 
   Problem p;

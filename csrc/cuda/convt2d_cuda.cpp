@@ -76,8 +76,11 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   cudaStream_t st = at::cuda::getCurrentCUDAStream();
 
   const bool tc = use_tensor_cores(dt, math);
-  const bool few_channels = p.cout_g() < 32 || p.cin_g() < 16 || !tc;
-  if (few_channels && cuda::direct_forward_fits(p, dt) && dt != DType::kDouble) {
+  // Memory-bound shapes (few reduced channels per output, or few outputs per
+  // group) go to the direct kernel; the rest are implicit GEMMs.
+  const double k_per_output = double(p.cin_g() * p.kh * p.kw) / double(p.sh * p.sw);
+  const bool memory_bound = p.cout_g() < 32 || k_per_output < 64 || !tc;
+  if (memory_bound && cuda::direct_forward_fits(p, dt) && dt != DType::kDouble) {
     auto w = weight.contiguous();
     cuda::DirectParams prm;
     prm.p = p;

@@ -38,12 +38,14 @@ def _forward_fake(input, weight, bias, stride, padding, output_padding, groups, 
 @torch.library.register_fake("convt2d::backward")
 def _backward_fake(grad_output, input, weight, stride, padding, output_padding, groups,
                    dilation, output_mask):
-    empty = input.new_empty((0,))
+    def empty():  # one placeholder per output: outputs must not alias
+        return input.new_empty((0,))
+
     gi = (input.new_empty(input.shape).contiguous(memory_format=_out_format(input, weight))
-          if output_mask[0] else empty)
+          if output_mask[0] else empty())
     gw = (weight.new_empty(weight.shape).contiguous(
-        memory_format=suggest_memory_format(weight)) if output_mask[1] else empty)
-    gb = input.new_empty((weight.shape[1] * groups,)) if output_mask[2] else input.new_empty((0,))
+        memory_format=suggest_memory_format(weight)) if output_mask[1] else empty())
+    gb = input.new_empty((weight.shape[1] * groups,)) if output_mask[2] else empty()
     return gi, gw, gb
 
 

@@ -6,15 +6,37 @@ Environment:
   CONVT2D_FORCE_CPU=1     build the CPU-only module even if a toolkit exists
   TORCH_CUDA_ARCH_LIST    GPU targets, e.g. "9.0" or "8.0;8.6;8.9;9.0+PTX"
   MAX_JOBS                parallel compile jobs
+  CONVT2D_LOCAL_VERSION   PEP 440 local version label, e.g. "cu128" -> version 0.1.0+cu128
+                          (scripts/build_wheel.sh and the wheels workflow set it)
+  CONVT2D_PIN_TORCH=1     make the wheel require the torch minor release it was built
+                          against (torch==2.9.*): the C++ ABI differs between minors
 """
 import glob
 import os
+import re
 import shutil
 import sys
 
 from setuptools import find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def package_version():
+    """The version in python/convt2d/__init__.py (the single source), plus the
+    local label from CONVT2D_LOCAL_VERSION ("cu128" or "+cu128")."""
+    with open(os.path.join(ROOT, "python", "convt2d", "__init__.py")) as f:
+        m = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', f.read(), re.M)
+    if not m:
+        raise RuntimeError("convt2d: no __version__ in python/convt2d/__init__.py")
+    version = m.group(1)
+    local = os.environ.get("CONVT2D_LOCAL_VERSION", "").strip().lstrip("+")
+    if local:
+        if not re.fullmatch(r"[A-Za-z0-9]+(?:[.][A-Za-z0-9]+)*", local):
+            raise ValueError(f"convt2d: CONVT2D_LOCAL_VERSION={local!r} is not a PEP 440 "
+                             "local version label (letters, digits and dots, e.g. cu128)")
+        version += "+" + local
+    return version
 
 
 def find_cuda_home():
@@ -55,16 +77,58 @@ if cuda_home:
 import torch  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension  # noqa: E402
 
+
+def cuda_library_include_dirs(home):
+    """Headers of the CUDA math libraries that torch's CUDA headers include
+    (cublas_v2.h, cusparse.h, cusolverDn.h from ATen/cuda/CUDAContext.h). A
+    minimal toolkit (nvcc + cudart only) lacks them; then take them from the
+    nvidia-* wheels that a pip-installed torch depends on. Only those headers
+    are linked into a private folder, so that the toolkit's own cuda_runtime.h
+    and friends keep precedence over the wheels' copies."""
+    if os.path.exists(os.path.join(home, "include", "cublas_v2.h")):
+        return []
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    prefixes = ("cublas", "cusparse", "cusolver", "cufft", "curand")
+    found = {}
+    for inc in sorted(glob.glob(os.path.join(site, "nvidia", "*", "include"))):
+        for h in sorted(os.listdir(inc)):
+            if h.startswith(prefixes) and h.endswith(".h"):
+                found.setdefault(h, os.path.join(inc, h))
+    if "cublas_v2.h" not in found:
+        print("convt2d: warning: no cublas_v2.h in the toolkit or torch's nvidia wheels; "
+              "code that includes ATen/cuda/CUDAContext.h will not compile", file=sys.stderr)
+        return []
+    out = os.path.join(ROOT, "build", "cuda-lib-headers")
+    os.makedirs(out, exist_ok=True)
+    for h, src in found.items():
+        dst = os.path.join(out, h)
+        if os.path.lexists(dst):
+            os.remove(dst)
+        os.symlink(src, dst)
+    return [out]
+
+
+def torch_requirement():
+    if os.environ.get("CONVT2D_PIN_TORCH") == "1":
+        major, minor = torch.__version__.split("+")[0].split(".")[:2]
+        return f"torch=={major}.{minor}.*"
+    return "torch>=2.4"
+
+
 common_sources = ["csrc/ops.cpp", "csrc/glue.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
 cuda_sources = sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/cuda/*.cu"))
-cxx_flags = ["-O3", "-std=c++17"]
+# No -std flag: torch's BuildExtension adds the standard its own headers need
+# (c++17 up to torch 2.9, c++20 since; torch 2.14's c10 headers fail under c++17).
+cxx_flags = ["-O3"]
 include_dirs = [os.path.join(ROOT, "csrc")]
 
 if cuda_home:
     print(f"convt2d: building with CUDA from {cuda_home}", file=sys.stderr)
+    extra_inc = cuda_library_include_dirs(cuda_home)
+    if extra_inc:
+        print(f"convt2d: CUDA library headers from {extra_inc}", file=sys.stderr)
     nvcc_flags = [
         "-O3",
-        "-std=c++17",
         "--use_fast_math",
         "-lineinfo",
         "--expt-relaxed-constexpr",
@@ -76,7 +140,7 @@ if cuda_home:
     ext = CUDAExtension(
         "convt2d._C",
         common_sources + cuda_sources,
-        include_dirs=include_dirs,
+        include_dirs=include_dirs + extra_inc,
         define_macros=[("CONVT2D_WITH_CUDA", "1")],
         extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
     )
@@ -91,6 +155,8 @@ else:
     )
 
 setup(
+    version=package_version(),
+    install_requires=[torch_requirement()],
     packages=find_packages("python"),
     package_dir={"": "python"},
     ext_modules=[ext],

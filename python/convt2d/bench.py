@@ -1,0 +1,1021 @@
+"""Benchmark convt2d against torch.nn.functional.conv_transpose2d.
+
+    python -m convt2d.bench                       # CUDA: full suite, fp32 + bf16, fwd + bwd
+    python -m convt2d.bench --cpu --quick         # CPU smoke run on scaled-down shapes
+    python -m convt2d.bench --dtypes fp32,bf16,fp16,fp32-ieee --passes fwd,bwd,fwdbwd
+    python -m convt2d.bench --impl torch-as-both  # times torch against itself (harness test)
+
+Both implementations are timed in the same process, interleaved per row (torch, then
+convt2d), on the same input tensors. Writes bench_results.json / .md / .png into --outdir
+and prints the markdown table at the end.
+
+Passes:
+  fwd     forward only.
+  bwd     grad_input and grad_weight only (no bias grad), by calling the backward ops directly:
+          torch.ops.aten.convolution_backward(..., transposed=True, ..., [True, True, False]) for
+          torch and torch.ops.convt2d.backward(..., [True, True, False]) for convt2d. Nothing but
+          the backward call is timed.
+  fwdbwd  forward + torch.autograd.grad(out, [x, w], grad_out) through autograd.
+
+dtypes:
+  fp32       torch defaults: cudnn.allow_tf32 = True (cuBLAS matmul flag left at its default).
+  fp32-ieee  cudnn.allow_tf32 = False and cuda.matmul.allow_tf32 = False, for both sides.
+  bf16, fp16 operands (and bias, grads) in that dtype.
+
+Metrics:
+  err      ||out - ref|| / ||ref||, ref = the same computation in float64 from the same
+           (rounded) inputs, via F.conv_transpose2d / autograd (on the GPU when running there).
+           For bwd/fwdbwd the max over the outputs compared (output, grad_input, grad_weight).
+  FLOPs    forward = 2 * N * Cin * (Cout/groups) * H * W * kh * kw: every input pixel times every
+           tap, including taps that land in the cropped padding (the standard count).
+           bwd (grad_input + grad_weight) = 2x forward; fwdbwd = 3x forward.
+  bytes    fwd: (input + weight + output [+ bias]) elements * element size.
+           bwd: read grad_output, input, weight; write grad_input, grad_weight.
+           fwdbwd: fwd + bwd.
+  floor    max(FLOPs / peak_flops(dtype), bytes / bandwidth); "% floor" = floor / convt2d time.
+           Peaks: matmul of 8192^3 (bf16, fp16, fp32 with TF32 for "fp32", fp32 IEEE for
+           "fp32-ieee") and a 1 GiB device-to-device copy (bytes read + written), measured once at
+           start, unless given by flags.
+"""
+import argparse
+import contextlib
+import datetime
+import itertools
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+# ---------------------------------------------------------------------------------------------
+# Suite
+# ---------------------------------------------------------------------------------------------
+
+
+def _pair(v) -> Tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(int(e) for e in v)
+    return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+
+class Config:
+    def __init__(self, name, N, Cin, Cout, k, hw, stride=1, padding=0, output_padding=0,
+                 dilation=1, groups=1, bias=False):
+        self.name = name
+        self.N, self.Cin, self.Cout = N, Cin, Cout
+        self.k = _pair(k)
+        self.H, self.W = _pair(hw)
+        self.stride, self.padding = _pair(stride), _pair(padding)
+        self.output_padding, self.dilation = _pair(output_padding), _pair(dilation)
+        self.groups, self.bias = groups, bias
+
+    def scaled(self, N, H, W) -> "Config":
+        c = Config(self.name, N, self.Cin, self.Cout, self.k, (H, W), self.stride, self.padding,
+                   self.output_padding, self.dilation, self.groups, self.bias)
+        return c
+
+    @property
+    def out_hw(self) -> Tuple[int, int]:
+        (kh, kw), (sh, sw), (ph, pw) = self.k, self.stride, self.padding
+        (oph, opw), (dh, dw) = self.output_padding, self.dilation
+        ho = (self.H - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+        wo = (self.W - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+        return ho, wo
+
+    def numels(self) -> Dict[str, int]:
+        ho, wo = self.out_hw
+        kh, kw = self.k
+        return {
+            "x": self.N * self.Cin * self.H * self.W,
+            "w": self.Cin * (self.Cout // self.groups) * kh * kw,
+            "out": self.N * self.Cout * ho * wo,
+            "b": self.Cout if self.bias else 0,
+        }
+
+    def fwd_flops(self) -> int:
+        kh, kw = self.k
+        return 2 * self.N * self.Cin * (self.Cout // self.groups) * self.H * self.W * kh * kw
+
+    def args(self):
+        """(stride, padding, output_padding, groups, dilation) as lists, convt2d's arg order."""
+        return (list(self.stride), list(self.padding), list(self.output_padding), self.groups,
+                list(self.dilation))
+
+    def describe(self) -> str:
+        def p(v):
+            return str(v[0]) if v[0] == v[1] else f"({v[0]},{v[1]})"
+
+        ho, wo = self.out_hw
+        return (f"N={self.N} {self.Cin}->{self.Cout} k={p(self.k)} {self.H}x{self.W}->{ho}x{wo} "
+                f"s={p(self.stride)} p={p(self.padding)} op={p(self.output_padding)} "
+                f"d={p(self.dilation)} g={self.groups} bias={'yes' if self.bias else 'no'}")
+
+
+SUITE: List[Config] = [
+    Config("seedA", 64, 64, 128, (3, 5), (128, 256)),
+    Config("seedB", 8, 64, 64, (3, 7), (512, 512)),
+    Config("seedC", 16, 32, 64, 3, (64, 128), stride=5, padding=1, dilation=2),
+    Config("seedD", 16, 32, 64, (3, 5), (128, 256), stride=(2, 3), padding=(1, 2),
+           dilation=(2, 1), groups=4),
+    Config("unet", 16, 256, 128, 2, (64, 64), stride=2, bias=True),
+    Config("dcgan", 128, 256, 128, 4, (16, 16), stride=2, padding=1),
+    Config("vae", 1, 512, 256, 3, (128, 128), stride=2, padding=1, output_padding=1),
+]
+
+DTYPES = {"fp32": torch.float32, "fp32-ieee": torch.float32, "bf16": torch.bfloat16,
+          "fp16": torch.float16}
+PASSES = ("fwd", "bwd", "fwdbwd")
+PASS_FLOP_MULT = {"fwd": 1, "bwd": 2, "fwdbwd": 3}
+
+# Used when nothing is measured (and no flag given). H100 SXM-ish dense numbers.
+DEFAULT_PEAKS_CUDA = {"bf16": 800.0, "fp16": 800.0, "tf32": 400.0, "fp32": 60.0, "bw": 3.0}
+DEFAULT_PEAKS_CPU = {"bf16": 0.1, "fp16": 0.1, "tf32": 0.1, "fp32": 0.1, "bw": 0.01}
+PEAK_KEY = {"fp32": "tf32", "fp32-ieee": "fp32", "bf16": "bf16", "fp16": "fp16"}
+
+
+def cpu_scale(cfg: Config, gflop_budget: float) -> Tuple[Config, str]:
+    """Scale a config down for CPU runs until the forward fits in the FLOP budget. Kernel,
+    stride, padding, output_padding, dilation, groups and bias are kept. In order: halve N down
+    to 1; halve the larger spatial dim while it is > 32; halve Cin and Cout once (if that keeps
+    them divisible by groups); halve the larger spatial dim again, down to 4."""
+    N, H, W, Cin, Cout = cfg.N, cfg.H, cfg.W, cfg.Cin, cfg.Cout
+
+    def make():
+        c = cfg.scaled(N, H, W)
+        c.Cin, c.Cout = Cin, Cout
+        return c
+
+    c = cfg
+    halved_ch = False
+    while c.fwd_flops() > gflop_budget * 1e9:
+        if N > 1:
+            N = max(1, N // 2)
+        elif max(H, W) > 32:
+            if H >= W:
+                H //= 2
+            else:
+                W //= 2
+        elif (not halved_ch and Cin % (2 * cfg.groups) == 0 and Cout % (2 * cfg.groups) == 0):
+            Cin, Cout, halved_ch = Cin // 2, Cout // 2, True
+        elif max(H, W) > 4:
+            if H >= W:
+                H = max(4, H // 2)
+            else:
+                W = max(4, W // 2)
+        else:
+            break
+        c = make()
+    if c is cfg:
+        return c, "unscaled"
+    parts = []
+    if N != cfg.N:
+        parts.append(f"N {cfg.N}->{N}")
+    if (H, W) != (cfg.H, cfg.W):
+        parts.append(f"HxW {cfg.H}x{cfg.W}->{H}x{W}")
+    if halved_ch:
+        parts.append(f"channels {cfg.Cin}->{cfg.Cout} halved to {Cin}->{Cout}")
+    return c, ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Precision flags
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def precision(dtype_name: str):
+    """fp32: cudnn TF32 on (torch default). fp32-ieee: cudnn and cuBLAS TF32 off. Restored after."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        old = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+        try:
+            if dtype_name == "fp32":
+                torch.backends.cudnn.allow_tf32 = True
+            elif dtype_name == "fp32-ieee":
+                torch.backends.cudnn.allow_tf32 = False
+                torch.backends.cuda.matmul.allow_tf32 = False
+            yield
+        finally:
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def tf32_flags() -> Dict[str, bool]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {"cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+                "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Timers
+# ---------------------------------------------------------------------------------------------
+
+
+def _cuda_event_timer(warmup_ms: float, rep_ms: float, min_reps: int = 20):
+    def timer(fn: Callable[[], Any]) -> float:
+        fn()
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(3):
+            fn()
+        e.record()
+        torch.cuda.synchronize()
+        est = max(s.elapsed_time(e) / 3, 1e-3)
+        for _ in range(max(1, int(warmup_ms / est))):
+            fn()
+        n = min(1000, max(min_reps, int(rep_ms / est)))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        for i in range(n):
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return statistics.median(a.elapsed_time(b) for a, b in zip(starts, ends))
+
+    return timer
+
+
+def make_cuda_timer(quick: bool):
+    warmup, rep = (10, 40) if quick else (25, 100)
+    try:
+        from triton.testing import do_bench
+
+        def timer(fn):
+            return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+        x = torch.ones(1024, device="cuda")
+        timer(lambda: x.add_(1))  # make sure it works here before relying on it
+        return timer, f"triton.testing.do_bench(warmup={warmup}, rep={rep}, median)"
+    except Exception as e:  # triton missing or broken: CUDA events
+        print(f"[bench] triton do_bench unavailable ({type(e).__name__}: {e}); using CUDA events",
+              file=sys.stderr)
+        return (_cuda_event_timer(warmup, rep),
+                f"CUDA events (warmup {warmup} ms, median of >= 20 runs over ~{rep} ms)")
+
+
+def make_cpu_timer(quick: bool):
+    warmup, reps = (1, 3) if quick else (2, 7)
+
+    def timer(fn):
+        for _ in range(warmup):
+            fn()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts) * 1e3
+
+    return timer, f"time.perf_counter, {warmup} warmup + median of {reps}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Peaks
+# ---------------------------------------------------------------------------------------------
+
+
+def measure_peaks(device: str, timer, needed: Sequence[str]) -> Dict[str, float]:
+    """TFLOP/s for the matmul keys in `needed` and TB/s for "bw"."""
+    out: Dict[str, float] = {}
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if "bw" in needed:
+        nbytes = (1 << 30) if device == "cuda" else (256 << 20)
+        src = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(1)
+        dst = torch.empty_like(src)
+        t = timer(lambda: dst.copy_(src))
+        out["bw"] = 2 * nbytes / (t * 1e-3) / 1e12
+        del src, dst
+    n = 8192 if device == "cuda" else 1024
+    for key in ("bf16", "fp16", "tf32", "fp32"):
+        if key not in needed:
+            continue
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(key, torch.float32)
+        a = torch.randn(n, n, device=device, dtype=dt)
+        b = torch.randn(n, n, device=device, dtype=dt)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            old = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = key == "tf32"
+            try:
+                t = timer(lambda: torch.mm(a, b))
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = old
+        out[key] = 2 * n ** 3 / (t * 1e-3) / 1e12
+        del a, b
+    sync()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+def resolve_peaks(args, device: str, timer, dtype_names: Sequence[str]):
+    flags = {"bf16": args.peak_tflops_bf16, "fp16": args.peak_tflops_fp16,
+             "tf32": args.peak_tflops_tf32, "fp32": args.peak_tflops_fp32,
+             "bw": args.bandwidth_tbs}
+    needed = sorted({PEAK_KEY[d] for d in dtype_names} | {"bw"})
+    if device == "cpu":  # no TF32 on CPU: fp32 rows use the fp32 peak
+        needed = sorted({k if k != "tf32" else "fp32" for k in needed} | {"fp32"})
+    to_measure = [k for k in needed if flags[k] is None]
+    measured: Dict[str, float] = {}
+    if to_measure and not args.no_measure_peaks:
+        print(f"[bench] measuring peaks: {', '.join(to_measure)} ...", file=sys.stderr)
+        try:
+            measured = measure_peaks(device, timer, to_measure)
+        except Exception as e:
+            print(f"[bench] peak measurement failed ({type(e).__name__}: {e}); using defaults",
+                  file=sys.stderr)
+    defaults = DEFAULT_PEAKS_CPU if device == "cpu" else DEFAULT_PEAKS_CUDA
+    peaks, source = {}, {}
+    for k in needed:
+        if flags[k] is not None:
+            peaks[k], source[k] = float(flags[k]), "flag"
+        elif k in measured:
+            peaks[k], source[k] = measured[k], "measured"
+        else:
+            peaks[k], source[k] = defaults[k], "default"
+    if device == "cpu" and "fp32" in peaks:
+        peaks["tf32"], source["tf32"] = peaks["fp32"], source["fp32"] + ", =fp32 on CPU"
+        for k in ("bf16", "fp16"):  # CPUs without native bf16/fp16 math convert to fp32
+            if k in peaks and peaks[k] < peaks["fp32"]:
+                peaks[k], source[k] = peaks["fp32"], source[k] + ", raised to fp32 peak"
+    return peaks, source
+
+
+def peaks_line(peaks, source) -> str:
+    parts = []
+    for k in ("bf16", "fp16", "tf32", "fp32"):
+        if k in peaks:
+            v = peaks[k]
+            num = f"{v:.1f} TFLOP/s" if v >= 10 else f"{v * 1e3:.1f} GFLOP/s"
+            parts.append(f"{k} {num} ({source[k]})")
+    v = peaks["bw"]
+    num = f"{v:.2f} TB/s" if v >= 1 else f"{v * 1e3:.1f} GB/s"
+    parts.append(f"bandwidth {num} ({source['bw']})")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Implementations
+# ---------------------------------------------------------------------------------------------
+
+
+class TorchImpl:
+    name = "torch"
+
+    @staticmethod
+    def forward(x, w, b, stride, padding, output_padding, groups, dilation):
+        return F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation)
+
+    @staticmethod
+    def backward(go, x, w, stride, padding, output_padding, groups, dilation):
+        r = torch.ops.aten.convolution_backward(go, x, w, None, stride, padding, dilation, True,
+                                                output_padding, groups, [True, True, False])
+        return r[0], r[1]
+
+
+class Convt2dImpl:
+    name = "convt2d"
+
+    def __init__(self):
+        import convt2d  # noqa: F401  (loads the ops)
+
+        self.mod = convt2d
+
+    def forward(self, x, w, b, stride, padding, output_padding, groups, dilation):
+        return self.mod.forward(x, w, b, stride, padding, output_padding, groups, dilation)
+
+    @staticmethod
+    def backward(go, x, w, stride, padding, output_padding, groups, dilation):
+        r = torch.ops.convt2d.backward(go, x, w, stride, padding, output_padding, groups,
+                                       dilation, [True, True, False])
+        return r[0], r[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# One row
+# ---------------------------------------------------------------------------------------------
+
+
+def make_inputs(cfg: Config, dtype, device, pass_name, gen, requires_grad=False):
+    kh, kw = cfg.k
+    ho, wo = cfg.out_hw
+    fan = max(1.0, (cfg.Cin // cfg.groups) * kh * kw / (cfg.stride[0] * cfg.stride[1]))
+
+    def rnd(*shape, scale=1.0):
+        t = torch.randn(*shape, device=device, dtype=torch.float32, generator=gen)
+        return (t * scale).to(dtype)
+
+    x = rnd(cfg.N, cfg.Cin, cfg.H, cfg.W)
+    w = rnd(cfg.Cin, cfg.Cout // cfg.groups, kh, kw, scale=1 / math.sqrt(fan))
+    s = {"x": x, "w": w}
+    if pass_name in ("fwd", "fwdbwd"):
+        s["b"] = rnd(cfg.Cout) if cfg.bias else None
+    if pass_name in ("bwd", "fwdbwd"):
+        s["go"] = rnd(cfg.N, cfg.Cout, ho, wo)
+    if pass_name == "fwdbwd":
+        s["x"].requires_grad_(True)
+        s["w"].requires_grad_(True)
+    return s
+
+
+def set_bytes(s) -> int:
+    return sum(t.numel() * t.element_size() for t in s.values() if t is not None)
+
+
+def make_call(impl, cfg: Config, pass_name: str):
+    """fn(set) -> tuple of result tensors."""
+    stride, padding, output_padding, groups, dilation = cfg.args()
+    if pass_name == "fwd":
+        def call(s):
+            return (impl.forward(s["x"], s["w"], s["b"], stride, padding, output_padding,
+                                 groups, dilation),)
+    elif pass_name == "bwd":
+        def call(s):
+            return impl.backward(s["go"], s["x"], s["w"], stride, padding, output_padding,
+                                 groups, dilation)
+    else:
+        def call(s):
+            out = impl.forward(s["x"], s["w"], s["b"], stride, padding, output_padding, groups,
+                               dilation)
+            gx, gw = torch.autograd.grad(out, [s["x"], s["w"]], s["go"])
+            return (out.detach(), gx, gw)
+    return call
+
+
+def reference(cfg: Config, pass_name: str, s) -> Tuple[torch.Tensor, ...]:
+    """float64 results from the same (rounded) inputs, via F.conv_transpose2d / autograd."""
+    stride, padding, output_padding, groups, dilation = cfg.args()
+    x = s["x"].detach().double()
+    w = s["w"].detach().double()
+    b = s.get("b")
+    b = b.double() if b is not None else None
+    if pass_name == "fwd":
+        with torch.no_grad():
+            return (F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups,
+                                       dilation),)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    with torch.enable_grad():
+        out = F.conv_transpose2d(x, w, b, stride, padding, output_padding, groups, dilation)
+        gx, gw = torch.autograd.grad(out, [x, w], s["go"].double())
+    return (gx, gw) if pass_name == "bwd" else (out.detach(), gx, gw)
+
+
+def rel_err(got: Sequence[torch.Tensor], ref: Sequence[torch.Tensor]) -> float:
+    errs = []
+    for g, r in zip(got, ref):
+        if tuple(g.shape) != tuple(r.shape):
+            raise RuntimeError(f"shape mismatch: got {tuple(g.shape)}, expected {tuple(r.shape)}")
+        den = r.norm().item()
+        num = (g.detach().double() - r).norm().item()
+        errs.append(num / den if den > 0 else num)
+    return max(errs)
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0][:300] if msg else ''}"
+
+
+def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, peaks, args,
+            l2_bytes: int, scale_note: str) -> Dict[str, Any]:
+    dtype = DTYPES[dtype_name]
+    es = torch.empty((), dtype=dtype).element_size()
+    n = cfg.numels()
+    fl = cfg.fwd_flops() * PASS_FLOP_MULT[pass_name]
+    fwd_b = (n["x"] + n["w"] + n["out"] + n["b"]) * es
+    bwd_b = (n["out"] + 2 * n["x"] + 2 * n["w"]) * es
+    nbytes = {"fwd": fwd_b, "bwd": bwd_b, "fwdbwd": fwd_b + bwd_b}[pass_name]
+    peak = peaks[PEAK_KEY[dtype_name]]
+    floor_ms = max(fl / (peak * 1e12), nbytes / (peaks["bw"] * 1e12)) * 1e3
+    row: Dict[str, Any] = {
+        "config": cfg.name, "dtype": dtype_name, "pass": pass_name, "shape": cfg.describe(),
+        "scaling": scale_note, "flops": fl, "bytes": nbytes, "floor_ms": floor_ms,
+        "bound": "compute" if fl / (peak * 1e12) >= nbytes / (peaks["bw"] * 1e12) else "memory",
+        "torch_ms": None, "convt2d_ms": None, "speedup": None, "err": None, "torch_err": None,
+        "pct_floor": None, "torch_pct_floor": None, "error": None, "torch_error": None,
+        "n_sets": 1,
+    }
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sets: List[Dict[str, Any]] = []
+    ref = None
+    try:
+        with precision(dtype_name):
+            row["tf32"] = tf32_flags()
+            gen = torch.Generator(device=device)
+            gen.manual_seed(args.seed)
+            sets.append(make_inputs(cfg, dtype, device, pass_name, gen))
+            if device == "cuda":  # rotate input sets so that they don't all sit in L2
+                sb = set_bytes(sets[0])
+                if sb < 2 * l2_bytes:
+                    k = min(64, 2 * l2_bytes // max(1, sb) + 1)
+                    for _ in range(k - 1):
+                        sets.append(make_inputs(cfg, dtype, device, pass_name, gen))
+            row["n_sets"] = len(sets)
+            ref = reference(cfg, pass_name, sets[0])
+            sync()
+    except Exception as e:
+        row["error"] = row["torch_error"] = "setup: " + _short(e)
+        _cleanup(device)
+        return row
+
+    grad_ctx = torch.enable_grad if pass_name == "fwdbwd" else torch.no_grad
+    for side, impl in (("torch", impls[0]), ("convt2d", impls[1])):
+        key_ms = f"{side}_ms"
+        key_err = "torch_err" if side == "torch" else "err"
+        key_error = "torch_error" if side == "torch" else "error"
+        try:
+            call = make_call(impl, cfg, pass_name)
+            with precision(dtype_name), grad_ctx():
+                got = call(sets[0])
+                sync()
+                row[key_err] = rel_err(got, ref)
+                del got
+                if len(sets) == 1:
+                    s0 = sets[0]
+                    fn = lambda: call(s0)  # noqa: E731
+                else:
+                    it = itertools.cycle(sets)
+                    fn = lambda: call(next(it))  # noqa: E731
+                row[key_ms] = timer(fn)
+                sync()
+        except Exception as e:
+            row[key_error] = _short(e)
+            if args.verbose:
+                traceback.print_exc()
+            try:
+                sync()
+            except Exception:
+                pass
+    if row["torch_ms"] and row["convt2d_ms"]:
+        row["speedup"] = row["torch_ms"] / row["convt2d_ms"]
+    if row["convt2d_ms"]:
+        row["pct_floor"] = floor_ms / row["convt2d_ms"] * 100
+    if row["torch_ms"]:
+        row["torch_pct_floor"] = floor_ms / row["torch_ms"] * 100
+    del sets, ref
+    _cleanup(device)
+    return row
+
+
+def _cleanup(device):
+    if device == "cuda":
+        try:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+# ---------------------------------------------------------------------------------------------
+
+
+def _fmt_ms(v):
+    if v is None:
+        return "-"
+    return f"{v:.4f}" if v < 0.1 else (f"{v:.3f}" if v < 10 else f"{v:.1f}")
+
+
+def _fmt_si(v, unit):
+    for div, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= div:
+            return f"{v / div:.2f} {p}{unit}"
+    return f"{v:.0f} {unit}"
+
+
+def _fmt_err(v):
+    return "-" if v is None else f"{v:.1e}"
+
+
+def geomeans(rows) -> List[Dict[str, Any]]:
+    out = []
+    keys = []
+    for r in rows:
+        k = (r["dtype"], r["pass"])
+        if k not in keys:
+            keys.append(k)
+    for d, p in keys:
+        sp = [r["speedup"] for r in rows if r["dtype"] == d and r["pass"] == p and r["speedup"]]
+        n_all = sum(1 for r in rows if r["dtype"] == d and r["pass"] == p)
+        g = math.exp(sum(math.log(s) for s in sp) / len(sp)) if sp else None
+        out.append({"dtype": d, "pass": p, "geomean_speedup": g, "rows": len(sp),
+                    "rows_total": n_all})
+    return out
+
+
+def markdown(rows, env, gms, impl_name) -> str:
+    other = "convt2d" if impl_name == "convt2d" else "torch(as convt2d)"
+    L = []
+    L.append(f"# convt2d vs torch conv_transpose2d — {env['date']}")
+    L.append("")
+    L.append(f"- device: **{env['device_name']}** ({env['device']}), torch {env['torch']}, "
+             f"cuDNN {env['cudnn']}, CUDA {env['cuda']}"
+             + (f", threads {env['threads']}" if env["device"] == "cpu" else ""))
+    L.append(f"- compared: torch vs {other}; timing: {env['timer']}")
+    L.append(f"- peaks used: {env['peaks_line']}")
+    if env["device"] == "cpu":
+        L.append(f"- CPU mode: shapes scaled down until the forward is <= {env['cpu_gflop']} "
+                 f"GFLOP (kernel, stride, padding, output_padding, dilation, groups, bias kept; "
+                 f"N halved to 1, then the larger spatial dim halved down to 32, then channels "
+                 f"halved once, then spatial again); see the shapes table. CPU timings are "
+                 f"noisy and not representative of anything but correctness of the harness.")
+        L.append(f"- CPU load average at start: {env.get('loadavg_1m')} on {env.get('cpu_count')} "
+                 f"CPUs (with other load, multi-threaded torch CPU kernels slow down a lot; "
+                 f"try --threads 1)")
+    L.append("")
+    hdr = ["config", "dtype", "pass", "torch ms", f"{other} ms", "speedup", "err", "torch err",
+           "FLOPs", "bytes", "floor ms", "% floor"]
+    L.append("| " + " | ".join(hdr) + " |")
+    L.append("|" + "|".join(["---"] * 3 + ["---:"] * (len(hdr) - 3)) + "|")
+    for r in rows:
+        sp = f"{r['speedup']:.2f}x" if r["speedup"] else "ERR" if (r["error"] or r["torch_error"]) else "-"
+        L.append("| " + " | ".join([
+            r["config"], r["dtype"], r["pass"], _fmt_ms(r["torch_ms"]), _fmt_ms(r["convt2d_ms"]),
+            sp, _fmt_err(r["err"]), _fmt_err(r["torch_err"]), _fmt_si(r["flops"], "FLOP"),
+            _fmt_si(r["bytes"], "B"), _fmt_ms(r["floor_ms"]),
+            f"{r['pct_floor']:.1f}%" if r["pct_floor"] is not None else "-"]) + " |")
+    L.append("")
+    L.append("Geometric-mean speedup (torch ms / convt2d ms; rows without both timings left out):")
+    L.append("")
+    L.append("| dtype | pass | geomean speedup | rows |")
+    L.append("|---|---|---:|---:|")
+    for g in gms:
+        v = f"{g['geomean_speedup']:.3f}x" if g["geomean_speedup"] else "-"
+        L.append(f"| {g['dtype']} | {g['pass']} | {v} | {g['rows']}/{g['rows_total']} |")
+    errs = [r for r in rows if r["error"] or r["torch_error"]]
+    if errs:
+        L.append("")
+        L.append("Errors:")
+        L.append("")
+        for r in errs:
+            if r["torch_error"]:
+                L.append(f"- {r['config']} {r['dtype']} {r['pass']} torch: `{r['torch_error']}`")
+            if r["error"] and r["error"] != r["torch_error"]:
+                L.append(f"- {r['config']} {r['dtype']} {r['pass']} {other}: `{r['error']}`")
+    L.append("")
+    L.append("Shapes:")
+    L.append("")
+    L.append("| config | shape | scaling |")
+    L.append("|---|---|---|")
+    seen = set()
+    for r in rows:
+        if r["config"] not in seen:
+            seen.add(r["config"])
+            L.append(f"| {r['config']} | {r['shape']} | {r['scaling']} |")
+    L.append("")
+    L.append("Notes: err = ||out - ref|| / ||ref|| vs float64 (max over output / grad_input / "
+             "grad_weight for bwd, fwdbwd). FLOPs (fwd) = 2*N*Cin*(Cout/groups)*H*W*kh*kw, "
+             "counting taps that land in the cropped padding (the standard count); bwd = 2x, "
+             "fwdbwd = 3x. bytes (fwd) = input + weight + output [+ bias]; bwd = read grad_out, "
+             "input, weight + write grad_input, grad_weight. floor = max(FLOPs/peak, "
+             "bytes/bandwidth); % floor = floor / convt2d ms. fp32 = cudnn TF32 on (torch "
+             "default); fp32-ieee = TF32 off (cudnn and cuBLAS). bwd times only the backward "
+             "op (aten.convolution_backward / convt2d.backward, grad_input + grad_weight).")
+    return "\n".join(L) + "\n"
+
+
+def plot(rows, env, path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:
+        print(f"[bench] WARNING: matplotlib unavailable ({type(e).__name__}: {e}); "
+              f"no PNG written", file=sys.stderr)
+        return False
+    passes = [p for p in PASSES if any(r["pass"] == p for r in rows)]
+    dtypes = []
+    configs = []
+    for r in rows:
+        if r["dtype"] not in dtypes:
+            dtypes.append(r["dtype"])
+        if r["config"] not in configs:
+            configs.append(r["config"])
+    by = {(r["config"], r["dtype"], r["pass"]): r for r in rows}
+    width = max(8.0, 1.1 * len(configs) * max(1, len(dtypes)) * 0.55 + 2)
+    fig, axes = plt.subplots(len(passes), 1, figsize=(width, 3.6 * len(passes) + 0.8),
+                             squeeze=False)
+    colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3"]
+    bw = 0.8 / max(1, len(dtypes))
+    sps = [r["speedup"] for r in rows if r["speedup"]]
+    lo = min(min(sps + [1.0]) / 2.2, 0.5)
+    hi = max(max(sps + [1.0]) * 1.6, 2.0)
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ticks = [2.0 ** e for e in range(-10, 11) if lo <= 2.0 ** e <= hi]
+    handles = []
+    for ax, p in zip(axes[:, 0], passes):
+        for j, d in enumerate(dtypes):
+            xs, ys = [], []
+            for i, c in enumerate(configs):
+                r = by.get((c, d, p))
+                xpos = i - 0.4 + bw * (j + 0.5)
+                if r is None:
+                    continue
+                sp = r["speedup"]
+                if sp:
+                    xs.append(xpos)
+                    ys.append(sp)
+                    up = sp >= 1
+                    ax.text(xpos, sp * (1.03 if up else 0.97), f"{sp:.2f}", ha="center",
+                            va="bottom" if up else "top", fontsize=7, rotation=90)
+                else:
+                    ax.text(xpos, 1.03, "ERR", ha="center", va="bottom", fontsize=7,
+                            color="red", rotation=90)
+            # bars grow from 1x: up = convt2d faster, down = slower
+            h = ax.bar(xs, [y - 1.0 for y in ys], bw * 0.92, bottom=1.0,
+                       color=colors[j % len(colors)], label=d)
+            if ax is axes[0, 0]:
+                handles.append(h)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_ylim(lo, hi)
+        ax.yaxis.set_major_locator(FixedLocator(ticks))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.set_xticks(range(len(configs)))
+        ax.set_xticklabels(configs)
+        ax.set_xlim(-0.6, len(configs) - 0.4)
+        ax.set_ylabel("speedup (torch / convt2d)", fontsize=9)
+        ax.set_title(f"{p}   (above 1x: convt2d faster)", fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    fig.legend(handles, dtypes, loc="upper right", ncol=len(dtypes), fontsize=8,
+               bbox_to_anchor=(0.99, 0.945))
+    other = "convt2d" if env["impl"] == "convt2d" else "torch-as-both"
+    fig.suptitle(f"{other} vs torch conv_transpose2d\n{env['device_name']}, torch "
+                 f"{env['torch']}, cuDNN {env['cudnn']} — {env['date'][:16]}"
+                 + (" (CPU, scaled shapes)" if env["device"] == "cpu" else ""), fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment
+# ---------------------------------------------------------------------------------------------
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "CPU"
+
+
+def _git_rev() -> Optional[str]:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        r = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"],
+                           capture_output=True, text=True, timeout=5)
+        return r.stdout.strip() or None
+    except Exception:
+        return None
+
+
+def environment(device: str, args) -> Dict[str, Any]:
+    env: Dict[str, Any] = {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "device": device,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "git": _git_rev(),
+        "impl": args.impl,
+        "quick": args.quick,
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "threads": torch.get_num_threads(),
+        "seed": args.seed,
+    }
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except Exception:
+        env["triton"] = None
+    if device == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        env["device_name"] = torch.cuda.get_device_name(0)
+        env["sm_count"] = p.multi_processor_count
+        env["capability"] = f"{p.major}.{p.minor}"
+        env["gpu_mem_gib"] = round(p.total_memory / 2 ** 30, 1)
+        env["l2_bytes"] = getattr(p, "L2_cache_size", None)
+    else:
+        env["device_name"] = _cpu_name()
+        env["cpu_gflop"] = args.cpu_gflop
+        env["cpu_count"] = os.cpu_count()
+        try:
+            env["loadavg_1m"] = round(os.getloadavg()[0], 2)
+        except OSError:
+            env["loadavg_1m"] = None
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="python -m convt2d.bench",
+        description="Time convt2d against torch.nn.functional.conv_transpose2d.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Configs: " + "; ".join(f"{c.name}: {c.describe()}" for c in SUITE))
+    ap.add_argument("--cpu", action="store_true",
+                    help="run on CPU with scaled-down shapes (see --cpu-gflop)")
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer timing reps (and, with --cpu, smaller shapes)")
+    ap.add_argument("--configs", default=",".join(c.name for c in SUITE),
+                    help="comma-separated config names (default: all)")
+    ap.add_argument("--dtypes", default="fp32,bf16",
+                    help="comma-separated from fp32, bf16, fp16, fp32-ieee (default: fp32,bf16)")
+    ap.add_argument("--passes", default="fwd,bwd",
+                    help="comma-separated from fwd, bwd, fwdbwd (default: fwd,bwd)")
+    ap.add_argument("--impl", default="convt2d",
+                    choices=["convt2d", "torch-as-both", "torch"],
+                    help="what the 'convt2d' column runs; torch-as-both (alias torch) times "
+                         "torch against itself, to test the harness")
+    ap.add_argument("--outdir", default=".", help="where default outputs go (default: .)")
+    ap.add_argument("--json", default=None, help="JSON path (default: OUTDIR/bench_results.json)")
+    ap.add_argument("--md", default=None, help="markdown path (default: OUTDIR/bench_results.md)")
+    ap.add_argument("--png", default=None, help="PNG path (default: OUTDIR/bench_results.png)")
+    ap.add_argument("--no-png", action="store_true", help="skip the chart")
+    ap.add_argument("--peak-tflops-bf16", type=float, default=None)
+    ap.add_argument("--peak-tflops-fp16", type=float, default=None)
+    ap.add_argument("--peak-tflops-tf32", type=float, default=None,
+                    help="peak for the fp32 rows (TF32 on)")
+    ap.add_argument("--peak-tflops-fp32", type=float, default=None,
+                    help="peak for the fp32-ieee rows")
+    ap.add_argument("--bandwidth-tbs", type=float, default=None, help="memory bandwidth, TB/s")
+    ap.add_argument("--no-measure-peaks", action="store_true",
+                    help="don't measure; use flags or defaults (CUDA: bf16/fp16 800, tf32 400, "
+                         "fp32 60 TFLOP/s, 3.0 TB/s)")
+    ap.add_argument("--cudnn-benchmark", action="store_true",
+                    help="set torch.backends.cudnn.benchmark = True (default: torch default, off)")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    ap.add_argument("--cpu-gflop", type=float, default=None,
+                    help="CPU mode: forward GFLOP budget per row (default 0.3, --quick 0.12)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--verbose", action="store_true", help="print tracebacks of row errors")
+    args = ap.parse_args(argv)
+    if args.impl == "torch":
+        args.impl = "torch-as-both"
+    if args.cpu_gflop is None:
+        args.cpu_gflop = 0.12 if args.quick else 0.3
+    return args
+
+
+def _split(s: str, valid: Sequence[str], what: str) -> List[str]:
+    items = [t.strip() for t in s.split(",") if t.strip()]
+    bad = [t for t in items if t not in valid]
+    if bad:
+        raise SystemExit(f"unknown {what}: {', '.join(bad)} (valid: {', '.join(valid)})")
+    return items
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cfg_names = _split(args.configs, [c.name for c in SUITE], "config")
+    dtype_names = _split(args.dtypes, list(DTYPES), "dtype")
+    pass_names = _split(args.passes, list(PASSES), "pass")
+    configs = [c for c in SUITE if c.name in cfg_names]
+
+    if args.cpu:
+        device = "cpu"
+    elif torch.cuda.is_available():
+        device = "cuda"
+    else:
+        raise SystemExit("no CUDA device available; use --cpu")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.cudnn_benchmark:
+        torch.backends.cudnn.benchmark = True
+
+    impls = [TorchImpl()]
+    if args.impl == "convt2d":
+        try:
+            impls.append(Convt2dImpl())
+        except Exception as e:
+            raise SystemExit(f"cannot import convt2d ({_short(e)}); build it, or use "
+                             f"--impl torch-as-both to test the harness")
+        if device == "cuda":
+            try:
+                if not impls[1].mod.cuda_available():
+                    print("[bench] WARNING: this convt2d build has no CUDA kernels; convt2d "
+                          "rows will error", file=sys.stderr)
+            except Exception:
+                pass
+    else:
+        impls.append(TorchImpl())
+
+    timer, timer_desc = make_cuda_timer(args.quick) if device == "cuda" else make_cpu_timer(
+        args.quick)
+    env = environment(device, args)
+    env["timer"] = timer_desc
+    if device == "cuda":
+        l2 = env.get("l2_bytes") or 50 * 2 ** 20
+    else:
+        l2 = 0
+    peaks, peak_src = resolve_peaks(args, device, timer, dtype_names)
+    env["peaks"] = peaks
+    env["peaks_source"] = peak_src
+    env["peaks_line"] = peaks_line(peaks, peak_src)
+    if device == "cuda":
+        env["rotation"] = f"input sets rotated until total input bytes > 2 x L2 ({l2 / 2**20:.0f} MiB)"
+
+    print(f"[bench] {env['device_name']} | torch {env['torch']} | cuDNN {env['cudnn']} | "
+          f"CUDA {env['cuda']} | impl {args.impl}", file=sys.stderr)
+    print(f"[bench] timing: {timer_desc}", file=sys.stderr)
+    if device == "cpu" and (env.get("loadavg_1m") or 0) > 0.5 * (os.cpu_count() or 1):
+        print(f"[bench] WARNING: load average {env['loadavg_1m']} on {os.cpu_count()} CPUs: "
+              f"CPU timings will be noisy (multi-threaded torch suffers most; try --threads 1)",
+              file=sys.stderr)
+    print(f"[bench] peaks used: {env['peaks_line']}", file=sys.stderr)
+
+    rows: List[Dict[str, Any]] = []
+    total = len(configs) * len(dtype_names) * len(pass_names)
+    i = 0
+    t_start = time.time()
+    for cfg0 in configs:
+        cfg, note = (cpu_scale(cfg0, args.cpu_gflop) if device == "cpu" else (cfg0, "unscaled"))
+        for d in dtype_names:
+            for p in pass_names:
+                i += 1
+                t0 = time.time()
+                try:
+                    row = run_row(cfg, d, p, impls, timer, device, peaks, args, l2, note)
+                except Exception as e:  # anything run_row itself didn't catch
+                    row = {"config": cfg.name, "dtype": d, "pass": p, "shape": cfg.describe(),
+                           "scaling": note, "flops": 0, "bytes": 0, "floor_ms": None,
+                           "torch_ms": None, "convt2d_ms": None, "speedup": None, "err": None,
+                           "torch_err": None, "pct_floor": None, "torch_pct_floor": None,
+                           "error": "harness: " + _short(e), "torch_error": None, "n_sets": 0}
+                rows.append(row)
+                msg = (f"[{i}/{total}] {cfg.name:6s} {d:9s} {p:6s} torch {_fmt_ms(row['torch_ms'])} "
+                       f"ms, {args.impl if args.impl != 'convt2d' else 'convt2d'} "
+                       f"{_fmt_ms(row['convt2d_ms'])} ms, "
+                       + (f"{row['speedup']:.2f}x" if row["speedup"] else "-")
+                       + f", err {_fmt_err(row['err'])} (torch {_fmt_err(row['torch_err'])})"
+                       + f", {time.time() - t0:.1f}s")
+                if row["torch_error"]:
+                    msg += f"\n      torch ERROR: {row['torch_error']}"
+                if row["error"] and row["error"] != row["torch_error"]:
+                    msg += f"\n      convt2d ERROR: {row['error']}"
+                print(msg, file=sys.stderr, flush=True)
+    env["elapsed_s"] = round(time.time() - t_start, 1)
+
+    gms = geomeans(rows)
+    md = markdown(rows, env, gms, args.impl)
+    os.makedirs(args.outdir, exist_ok=True)
+    json_path = args.json or os.path.join(args.outdir, "bench_results.json")
+    md_path = args.md or os.path.join(args.outdir, "bench_results.md")
+    png_path = args.png or os.path.join(args.outdir, "bench_results.png")
+    for pth in (json_path, md_path) + (() if args.no_png else (png_path,)):
+        d = os.path.dirname(os.path.abspath(pth))
+        os.makedirs(d, exist_ok=True)
+    with open(json_path, "w") as f:
+        json.dump({"env": env, "rows": rows, "geomean": gms,
+                   "args": {k: v for k, v in vars(args).items()}}, f, indent=1)
+    with open(md_path, "w") as f:
+        f.write(md)
+    wrote = [json_path, md_path]
+    if not args.no_png:
+        try:
+            if plot(rows, env, png_path):
+                wrote.append(png_path)
+        except Exception as e:
+            print(f"[bench] WARNING: plotting failed ({_short(e)})", file=sys.stderr)
+
+    print(md)
+    print("Geometric-mean speedup per dtype x pass:")
+    for g in gms:
+        v = f"{g['geomean_speedup']:.3f}x" if g["geomean_speedup"] else "-"
+        print(f"  {g['dtype']:9s} {g['pass']:6s} {v}  ({g['rows']}/{g['rows_total']} rows)")
+    print(f"[bench] wrote {', '.join(wrote)} ({env['elapsed_s']}s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

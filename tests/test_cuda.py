@@ -1,0 +1,183 @@
+"""CUDA-only behaviour: build, devices, streams, CUDA graphs, determinism, 64-bit indexing."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import convt2d
+from conftest import Cfg, assert_close, check, check_cfg, ours, reference
+
+pytestmark = pytest.mark.cuda
+
+CFG = Cfg(4, 32, 48, 13, 17, k=(3, 4), stride=(2, 3), padding=(1, 1), output_padding=(1, 2),
+          dilation=(1, 2), groups=2, bias=True)
+
+
+def _tf32_off():
+    return torch.backends.cudnn.flags(enabled=True, allow_tf32=False)
+
+
+def test_build_has_cuda_kernels():
+    assert convt2d.cuda_available(), "convt2d was built without CUDA kernels"
+
+
+def test_runs_on_the_tensors_device():
+    """Tensors on the last GPU (cuda:1 when there are two or more) while the current device
+    is cuda:0: outputs and gradients land on the tensors' device and are right."""
+    dev = torch.device("cuda", torch.cuda.device_count() - 1)
+    x, w, b = CFG.make(torch.float32, dev)
+    with torch.cuda.device(0), _tf32_off():
+        out, grads = check(x, w, b, CFG.kwargs())
+    assert out.device == dev and all(g.device == dev for g in grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_non_default_stream(dtype):
+    """The kernels must run on the current stream: on a side stream, a long GPU sleep and then
+    a copy into x precede the call; a kernel on any other stream would read the old x."""
+    x, w, b = CFG.make(dtype, "cuda")
+    x_new = torch.randn_like(x, dtype=torch.float32).to(dtype)
+    gy = torch.randn(CFG.out_shape(), device="cuda").to(dtype)
+    ref_out, ref_grads = reference(x_new, w, b, CFG.kwargs(), gy)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with _tf32_off():
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(100_000_000)  # tens of milliseconds of GPU time on s
+            x.copy_(x_new)
+            out, grads = ours(x, w, b, CFG.kwargs(), gy)
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        assert_close(out, ref_out, dtype, "cuda", "side-stream forward")
+        for n, g, r in zip(("gx", "gw", "gb"), grads, ref_grads):
+            assert_close(g, r, dtype, "cuda", f"side-stream {n}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_cuda_graph_capture_and_replay(dtype):
+    kw = CFG.kwargs()
+    x, w, b = CFG.make(dtype, "cuda")
+    gy = torch.randn(CFG.out_shape(), device="cuda").to(dtype)
+    args = (list(CFG.stride), list(CFG.padding), list(CFG.output_padding), CFG.groups,
+            list(CFG.dilation))
+    with _tf32_off():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm up outside the capture
+            for _ in range(2):
+                convt2d.forward(x, w, b, **kw)
+                torch.ops.convt2d.backward(gy, x, w, *args, [True, True, True])
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = convt2d.forward(x, w, b, **kw)
+            gi, gw, gb = torch.ops.convt2d.backward(gy, x, w, *args, [True, True, True])
+        for it in range(3):
+            nx, nw, nb = CFG.make(dtype, "cuda")
+            ngy = torch.randn(CFG.out_shape(), device="cuda").to(dtype)
+            x.copy_(nx)
+            w.copy_(nw)
+            b.copy_(nb)
+            gy.copy_(ngy)
+            g.replay()
+            torch.cuda.synchronize()
+            ref_out, ref_grads = reference(nx, nw, nb, kw, ngy)
+            assert_close(out, ref_out, dtype, "cuda", f"replay {it} forward")
+            for n, t, r in zip(("gi", "gw", "gb"), (gi, gw, gb), ref_grads):
+                assert_close(t, r, dtype, "cuda", f"replay {it} {n}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_deterministic_gradients(dtype):
+    """torch.use_deterministic_algorithms(True): two backward runs are bitwise equal."""
+    cfg = Cfg(8, 64, 64, 32, 32, k=3, stride=2, padding=1, output_padding=1, bias=True)
+    x, w, b = cfg.make(dtype, "cuda")
+    gy = torch.randn(cfg.out_shape(), device="cuda").to(dtype)
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [ours(x, w, b, cfg.kwargs(), gy) for _ in range(2)]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    (o1, g1), (o2, g2) = runs
+    assert torch.equal(o1, o2)
+    for n, a, c in zip(("grad_input", "grad_weight", "grad_bias"), g1, g2):
+        assert torch.equal(a, c), f"{n} differs between two deterministic runs"
+    with _tf32_off():
+        _, ref_grads = reference(x, w, b, cfg.kwargs(), gy)
+        assert_close(g1[1], ref_grads[1], dtype, "cuda", "deterministic grad_weight")
+
+
+def test_poisoned_allocator_is_detected_by_helper():
+    """Self-test of the poisoning helper: a fresh torch.empty after poison() holds NaN."""
+    from conftest import poison
+    poison("cuda", 1 << 22)
+    t = torch.empty(1 << 20, device="cuda")
+    assert torch.isnan(t).float().mean().item() > 0.99
+
+
+# ------------------------------------------------------------------------ 64-bit indexing
+
+def _big_enough(gib):
+    return torch.cuda.is_available() and \
+        torch.cuda.get_device_properties(0).total_memory >= gib * 2**30
+
+
+def _rows_ref(x, w, r0, r1):
+    """Reference output rows [r0, r1) of conv_transpose2d(x, w) (stride 1, no padding), from
+    the input rows that reach them, in float64."""
+    kh = w.shape[2]
+    a, bnd = max(0, r0 - kh + 1), min(x.shape[2], r1)
+    part = F.conv_transpose2d(x[:, :, a:bnd].double(), w.double())
+    return part[:, :, r0 - a:r1 - a]
+
+
+BIG = dict(N=1, Cin=1, Cout=2, H=32768, W=32768, k=3)  # output 2 x 32770^2 > 2^31 elements
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _big_enough(20), reason="needs >= 20 GB of GPU memory")
+def test_large_output_beyond_int32_forward():
+    x = torch.randn(BIG["N"], BIG["Cin"], BIG["H"], BIG["W"], device="cuda",
+                    dtype=torch.bfloat16)
+    w = torch.randn(BIG["Cin"], BIG["Cout"], BIG["k"], BIG["k"], device="cuda",
+                    dtype=torch.bfloat16)
+    out = convt2d.forward(x, w)
+    ho = BIG["H"] + BIG["k"] - 1
+    assert out.shape == (1, 2, ho, ho) and out.numel() > 2**31
+    assert out.dtype == torch.bfloat16
+    for r0, r1 in [(0, 6), (ho // 2 - 3, ho // 2 + 3), (ho - 24, ho)]:
+        ref = _rows_ref(x, w, r0, r1)
+        for c in (0, 1):  # channel 1's last rows lie beyond flat index 2^31
+            assert_close(out[:, c:c + 1, r0:r1], ref[:, c:c + 1], torch.bfloat16, "cuda",
+                         f"rows {r0}:{r1} channel {c}")
+    # the very last elements (flat index ~ 2^31 + 2.6e5)
+    assert_close(out[0, 1, -1, -64:], _rows_ref(x, w, ho - 1, ho)[0, 1, 0, -64:],
+                 torch.bfloat16, "cuda", "last elements")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _big_enough(40), reason="needs >= 40 GB of GPU memory")
+def test_large_output_beyond_int32_backward():
+    H = BIG["H"]
+    ho = H + BIG["k"] - 1
+    x = torch.randn(1, 1, H, H, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1, 2, 3, 3, device="cuda", dtype=torch.bfloat16)
+    gy = torch.randn(1, 2, ho, ho, device="cuda", dtype=torch.bfloat16)
+    gi, gw, _ = torch.ops.convt2d.backward(gy, x, w, [1, 1], [0, 0], [0, 0], 1, [1, 1],
+                                           [True, True, False])
+    assert gi.shape == x.shape and gw.shape == w.shape
+    # grad_input = conv2d(gy, w): rows [r0, r1) need gy rows [r0, r1 + 2)
+    for r0, r1 in [(0, 8), (H - 8, H)]:
+        ref = F.conv2d(gy[:, :, r0:r1 + 2].double(), w.double())
+        assert_close(gi[:, :, r0:r1], ref, torch.bfloat16, "cuda", f"grad_input rows {r0}:{r1}")
+    # grad_weight[0, co, ky, kx] = sum x[iy, ix] * gy[co, iy + ky, ix + kx], in float64 chunks
+    ref_gw = torch.zeros(1, 2, 3, 3, dtype=torch.float64, device="cuda")
+    step = 2048
+    for r in range(0, H, step):
+        xs = x[0, 0, r:r + step].double()
+        n = xs.shape[0]
+        for co in range(2):
+            gs = gy[0, co, r:r + n + 2].double()
+            for ky in range(3):
+                for kx in range(3):
+                    ref_gw[0, co, ky, kx] += (xs * gs[ky:ky + n, kx:kx + H]).sum()
+    assert_close(gw, ref_gw, torch.bfloat16, "cuda", "grad_weight")

@@ -115,6 +115,8 @@ void check_grad_output(const at::Tensor& grad_output, const at::Tensor& input,
 
 at::MemoryFormat suggest_memory_format(const at::Tensor& input, const at::Tensor& weight) {
   auto cl = at::MemoryFormat::ChannelsLast;
+  // Like torch's cudnn_conv_suggest_memory_format: no channels_last for float64 on CUDA.
+  if (input.is_cuda() && input.scalar_type() == at::kDouble) return at::MemoryFormat::Contiguous;
   if (input.suggest_memory_format() == cl || weight.suggest_memory_format() == cl) return cl;
   return at::MemoryFormat::Contiguous;
 }

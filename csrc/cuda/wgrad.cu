@@ -163,7 +163,14 @@ int64_t wgrad_split_count(const Problem& p, DType dt, MathMode math, int num_sms
   const int64_t ktiles = (p.N * p.H * p.W + bk - 1) / bk;
   int64_t splits = (2 * int64_t(num_sms) + tiles - 1) / tiles;
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, ktiles / 8));  // >= 8 k-tiles each
-  return std::max<int64_t>(1, std::min<int64_t>(splits, 4096));
+  // Accuracy: each accumulator sums at most ~2^20 products serially, so huge N*H*W
+  // (>2^31 pixels) keeps fp32 rounding small; bounded by a 256 MiB workspace.
+  const int64_t per_split_cap = (int64_t(1) << 20) / bk;
+  splits = std::max<int64_t>(splits, (ktiles + per_split_cap - 1) / per_split_cap);
+  const int64_t ws_per_split = p.groups * p.kh * p.kw * p.cin_g() * p.cout_g() *
+                               (dt == DType::kDouble ? 8 : 4);
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, (int64_t(1) << 28) / ws_per_split));
+  return std::max<int64_t>(1, std::min<int64_t>(splits, 65535));
 }
 
 cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st) {

@@ -7,6 +7,8 @@ from torch._prims_common import suggest_memory_format
 
 def _out_format(input: torch.Tensor, weight: torch.Tensor) -> torch.memory_format:
     # Mirrors convt2d::suggest_memory_format in csrc/glue.cpp.
+    if input.device.type == "cuda" and input.dtype == torch.float64:
+        return torch.contiguous_format
     if (suggest_memory_format(input) == torch.channels_last
             or suggest_memory_format(weight) == torch.channels_last):
         return torch.channels_last

@@ -45,10 +45,15 @@ def forward(
             "Expected 3D (unbatched) or 4D (batched) input to conv_transpose2d, but got "
             f"input of size: {list(input.shape)}")
     dev = input.device.type
-    if torch.is_autocast_enabled(dev) and input.is_floating_point():
+    if torch.is_autocast_enabled(dev):
+        # like autocast's cached_cast: only floating tensors that are not float64 are cast
         dt = torch.get_autocast_dtype(dev)
-        input, weight = input.to(dt), weight.to(dt)
-        bias = bias.to(dt) if bias is not None else None
+
+        def cast(t):
+            return t.to(dt) if t is not None and t.is_floating_point() and \
+                t.dtype != torch.float64 else t
+
+        input, weight, bias = cast(input), cast(weight), cast(bias)
     unbatched = input.dim() == 3
     if unbatched:
         input = input.unsqueeze(0)

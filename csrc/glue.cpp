@@ -29,14 +29,20 @@ Problem make_problem(const at::Tensor& input, const at::Tensor& weight,
   TORCH_CHECK(input.device() == weight.device(),
               "Expected all tensors to be on the same device, but found at least two "
               "devices, ", input.device(), " and ", weight.device(), "!");
-  // torch's CPU message carries a oneDNN clause; keep the text identical.
-  auto mkldnn_clause = [&](const char* what) {
-    return input.is_cuda() ? std::string() :
-        std::string(" or input should be a MKLDNN tensor and ") + what + " is a dense tensor";
+  // torch's messages differ by path: CUDA and CPU float32 (oneDNN) name the tensor types,
+  // the other CPU dtypes go through the slow path's "expected scalar type" check.
+  auto check_same_type = [&](const at::Tensor& other, const char* what) {
+    if (other.scalar_type() == input.scalar_type()) return;
+    TORCH_CHECK(input.is_cuda() || input.scalar_type() != at::kFloat, "Input type (",
+                input.toString(), ") and ", what, " type (", other.toString(),
+                ") should be the same or input should be a MKLDNN tensor and ", what,
+                " is a dense tensor");
+    TORCH_CHECK(!input.is_cuda(), "Input type (", input.toString(), ") and ", what, " type (",
+                other.toString(), ") should be the same");
+    TORCH_CHECK(false, "expected scalar type ", input.scalar_type(), " but found ",
+                other.scalar_type());
   };
-  TORCH_CHECK(input.scalar_type() == weight.scalar_type(), "Input type (",
-              input.toString(), ") and weight type (", weight.toString(),
-              ") should be the same", mkldnn_clause("weight"));
+  check_same_type(weight, "weight");
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()),
               "\"conv_transpose2d\" not implemented for '", c10::toString(input.scalar_type()),
               "' (convt2d supports float64, float32, float16 and bfloat16)");
@@ -44,9 +50,7 @@ Problem make_problem(const at::Tensor& input, const at::Tensor& weight,
     TORCH_CHECK(bias->device() == input.device(),
                 "Expected all tensors to be on the same device, but found at least two "
                 "devices, ", input.device(), " and ", bias->device(), "!");
-    TORCH_CHECK(bias->scalar_type() == input.scalar_type(), "Input type (",
-                input.toString(), ") and bias type (", bias->toString(),
-                ") should be the same", mkldnn_clause("bias"));
+    check_same_type(*bias, "bias");
   }
 
   Problem p;

@@ -259,29 +259,50 @@ def ours(x, w, b, kwargs, gy=None, fn=None):
 
 # ------------------------------------------------------------------------------- poisoning
 
-def poison(device, nbytes: int, value: float = float("nan")):
-    """Make the next allocations of ~nbytes come back holding `value` (NaN by default).
+def _fill(t: torch.Tensor, value: float):
+    if math.isnan(value):
+        t.fill_(0xFF)  # 0xFF.. bytes are a NaN in every floating dtype
+    else:
+        t[: t.numel() // 4 * 4].view(torch.float32).fill_(value)
 
-    CUDA: empty the caching allocator, then allocate/fill/free one large block of at least
-    nbytes and a few 1 MiB small-pool blocks, so that outputs allocated next are carved out of
-    poisoned memory. CPU: allocate/fill/free a block of nbytes (glibc usually reuses it)."""
+
+def poison(device, nbytes: int, value: float = float("nan")):
+    """Make the next allocations come back holding `value` (NaN by default).
+
+    CUDA: every free block the caching allocator holds for `device` is taken (read from
+    torch.cuda.memory_snapshot(); requests of exactly a block's size get that block, small-pool
+    blocks in pieces of at most 1 MiB), filled, and given back; plus one fresh block of at
+    least nbytes for allocations that no cached block fits. So whatever the kernels allocate
+    next is carved out of poisoned memory. CPU: allocate/fill/free a block of nbytes (glibc
+    usually hands the same memory back)."""
     device = torch.device(device)
     nbytes = max(int(nbytes), 1 << 20)
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-        big = torch.empty(nbytes + (4 << 20), dtype=torch.uint8, device=device)
-        small = [torch.empty(1 << 20, dtype=torch.uint8, device=device) for _ in range(8)]
-        if math.isnan(value):
-            big.fill_(0xFF)  # 0xFF.. is a NaN in every floating dtype
-            for s in small:
-                s.fill_(0xFF)
-        else:
-            big.view(torch.float32)[: nbytes // 4].fill_(value)
-            for s in small:
-                s.view(torch.float32).fill_(value)
-        torch.cuda.synchronize(device)
-        del big, small
+        idx = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.synchronize(idx)
+        with torch.cuda.device(idx):
+            sizes = []
+            for seg in torch.cuda.memory_snapshot():
+                if seg.get("device", idx) != idx:
+                    continue
+                small = seg.get("segment_type") == "small"
+                for blk in seg["blocks"]:
+                    if blk["state"] != "inactive":
+                        continue
+                    n = blk["size"]
+                    while small and n > (1 << 20):
+                        sizes.append(1 << 20)
+                        n -= 1 << 20
+                    if n >= 512:
+                        sizes.append(n)
+            held = [torch.empty(n, dtype=torch.uint8, device=idx)
+                    for n in sorted(sizes, reverse=True)]
+            held.append(torch.empty(nbytes + (4 << 20), dtype=torch.uint8, device=idx))
+            held += [torch.empty(1 << 20, dtype=torch.uint8, device=idx) for _ in range(4)]
+            for t in held:
+                _fill(t, value)
+            torch.cuda.synchronize(idx)
+            del held
     else:
         t = torch.empty(nbytes // 4, dtype=torch.float32)
         t.fill_(value)
@@ -309,7 +330,8 @@ def check(x, w, b, kwargs, *, backward=True, ref_device="cpu", fn=None, gy=None,
             gy = torch.randn(ref_out.shape, device=device).to(dtype)
         ref_out, ref_grads = reference(x, w, b, kwargs, gy, device=ref_device)
     out_bytes = nbytes_of(ref_out.shape, dtype)
-    poison(device, 2 * out_bytes + nbytes_of(w.shape, dtype))
+    # room for the output, all gradients and temporaries
+    poison(device, 2 * (out_bytes + nbytes_of(x.shape, dtype) + nbytes_of(w.shape, dtype)))
     out, grads = ours(x, w, b, kwargs, gy if backward else None, fn=fn)
     assert_close(out, ref_out, dtype, device, f"{what}forward")
     if backward:

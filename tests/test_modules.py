@@ -259,6 +259,7 @@ def test_autocast_leaves_float64_alone(device, ac_dtype):
     assert_close(y, yr, torch.float64, device, "autocast float64")
 
 
+@pytest.mark.filterwarnings("ignore:.*Disabling autocast")
 @pytest.mark.parametrize("device", DEVICES)
 def test_autocast_disabled_for_other_device_type(device):
     """Autocast enabled for a different device type must not touch this call."""

@@ -1,45 +1,60 @@
 // convt2d CPU backend: forward and backward of conv_transpose2d with our own
-// kernels (no oneDNN / at::convolution), parallelised with at::parallel_for.
+// kernels (no oneDNN / at::convolution), parallel over the intra-op threads.
 //
-// Everything is built from one register-blocked micro-kernel (`micro` below):
+// Forward and grad_input share one register-blocked micro-kernel (`micro`):
 //
-//   acc[b][j] += sum_c sum_{row taps r} sum_{col taps t}
-//                   wpack[c][tap(r,t)][b] * src[c][row(r)][x0 + j + coff(t)]
+//   acc[b][i][j] += sum_c sum_{row taps r} sum_{col taps t}
+//                     wpack[tap(r,t)][c][b] * src[c][row(r) + i][x0 + j + coff(t)]
 //
-// i.e. CB "block" channels (the outputs we produce: lanes b) times NV*L
-// consecutive positions j along a row, reduced over the other channel c and
-// the taps. The source rows are zero-padded so every vector load is in
-// bounds; the weights are repacked so the CB values of one (c, tap) are
-// adjacent (one broadcast each).
+// i.e. CB "block" channels (the channels produced: lanes b) times NR rows i
+// times NV*L consecutive positions j along a row, reduced over the other
+// channel c and the taps. Source rows are zero-padded along the row so every
+// vector load is in bounds; weights are repacked so the CB values of one
+// (tap, c) are adjacent (one broadcast each) and consecutive c are adjacent.
 //
-// * forward (per stride phase, see common/problem.h): block = output
-//   channels, c = input channels, src = the input (zero-padded along W),
-//   row taps = the ky reaching this phase row, col taps = the kx reaching this
-//   phase column. Along a phase row consecutive outputs q read consecutive
-//   inputs (ix = q - koff0 - j*koff_step), so loads are contiguous; the result
-//   row (contiguous in q) is scattered into the output with step `stride_w`.
+// * forward, per stride phase (common/problem.h): block = output channels,
+//   c = input channels, src = the input, row taps = the ky reaching this phase
+//   row, column taps = the kx reaching this phase column. Along a phase row
+//   consecutive outputs q read consecutive inputs (ix = q0 + q - koff0 -
+//   jx*koff_step), so loads are contiguous; the result row (contiguous in q)
+//   is scattered into the output with step stride_w. No tap is ever visited
+//   for an output it does not reach; phases that no tap reaches hold the bias.
 // * grad_input (a strided, dilated conv2d of grad_output): block = input
 //   channels, c = output channels, src = grad_output de-interleaved by column
 //   phase (plane r holds columns m*sw + r), so for every kx the row read is
 //   contiguous in ix.
-// * grad_weight: a dot-product kernel over the same padded buffers (one
-//   thread per weight block, fixed summation order: deterministic).
+// * grad_weight: per tap, a dot-product GEMM over positions of the padded
+//   input and the grad_output planes (4x3 channel register blocks, tiles and
+//   row chunks for the caches); each weight element is summed by one task in
+//   a fixed order: deterministic.
 // * grad_bias: per-channel sums in a fixed order.
 //
-// 16-bit types are converted to float while padding (accumulation in float);
-// float64 works in double. The hot loops are compiled twice: for AVX2+FMA
-// (chosen at run time when the CPU has it) and for the baseline ISA.
+// Rows whose taps all fall inside the source ("interior") are computed NR at
+// a time; edge rows one at a time with their taps clipped. The block shape
+// (CB, NV, NR) is picked per call from the row widths and channel counts.
+// Buffers are laid out [image][row][channel][column], so sweeping channels at
+// fixed taps reads memory sequentially. Images are processed in chunks that
+// bound the buffers (about 64 MiB, at least one image); offsets are int64.
+// 16-bit types are converted to float in those buffers (accumulation in
+// float), float64 works in double. The hot loops are compiled twice: for
+// AVX2+FMA (chosen at run time when the CPU has it) and for the baseline ISA.
+//
+// Debug/tuning knobs (environment): CONVT2D_CPU_BASELINE=1 forces the
+// baseline-ISA kernels; CONVT2D_CPU_CFG=<0..4> forces a block shape.
 #include "glue.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
-#include <c10/util/irange.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -114,75 +129,170 @@ template <typename A> CT_AI typename Vec<A>::V vzero() {
 
 template <typename T> using acc_t = std::conditional_t<std::is_same<T, double>::value, double, float>;
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 inline int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
 
 // ---------------------------------------------------------------------------
-// The micro-kernel.
+// The micro-kernel: CB block channels x NR rows x NV vectors of L positions.
 //   rows[r]  : source row of channel 0 for row tap r (channel c adds c*scs)
-//   roww[r]  : weight offset of row tap r inside one channel's packed weights
+//   roff[i]  : offset of the source of output row i (of NR) from rows[r]
+//   roww[r]  : offset of the weights of row tap r
 //   coff[t]  : source column offset of column tap t (relative to rows[r] + x0)
-//   cw[t]    : weight offset of column tap t
-//   w        : packed weights, channel c at w + c*wcs, CB lanes per tap
-//   out      : CB x (NV*L) results, row-major
+//   cw[t]    : offset of the weights of column tap t (added to roww[r])
+//   w        : packed weights: tap (r, t), channel c at w + roww[r] + cw[t] + c*CB
+//   out      : [CB][NR][NV*L] results
+// Every (c, r, t) step: NR*NV vector loads, CB broadcasts, CB*NR*NV FMAs.
+// The channels go in blocks of kCBlk, taps outside, channels inside: the
+// block's source rows stay in L1 across the taps and the innermost loop is
+// two pointer increments (weights contiguous).
 // ---------------------------------------------------------------------------
-template <typename A, int CB, int NV>
-CT_AI void micro(const A* const* rows, const int64_t* roww, int64_t nrow, const int64_t* coff,
-                 const int64_t* cw, int64_t ncol, int64_t C, int64_t scs, const A* w,
-                 int64_t wcs, int64_t x0, A* out) {
+constexpr int64_t kCBlk = 32;
+template <typename A, int CB, int NV, int NR>
+CT_AI void micro(const A* const* rows, const int64_t* roff, const int64_t* roww, int64_t nrow,
+                 const int64_t* coff, const int64_t* cw, int64_t ncol, int64_t C, int64_t scs,
+                 const A* w, int64_t x0, A* out) {
   using V = typename Vec<A>::V;
   constexpr int L = Vec<A>::L;
-  V acc[CB][NV];
+  constexpr int NX = NV * NR;
+  V acc[CB][NX];
   CT_UNROLL for (int b = 0; b < CB; ++b) {
-    CT_UNROLL for (int j = 0; j < NV; ++j) acc[b][j] = vzero<A>();
+    CT_UNROLL for (int j = 0; j < NX; ++j) acc[b][j] = vzero<A>();
   }
-  for (int64_t c = 0; c < C; ++c) {
-    const A* wc = w + c * wcs;
+  int64_t ro[NR];
+  CT_UNROLL for (int i = 0; i < NR; ++i) ro[i] = roff[i] + x0;
+  for (int64_t c0 = 0; c0 < C; c0 += kCBlk) {
+    const int64_t cn = std::min(kCBlk, C - c0);
     for (int64_t r = 0; r < nrow; ++r) {
-      const A* s = rows[r] + c * scs + x0;
-      const A* wr = wc + roww[r];
       for (int64_t t = 0; t < ncol; ++t) {
-        const A* sp = s + coff[t];
-        const A* wp = wr + cw[t];
-        V xv[NV];
-        CT_UNROLL for (int j = 0; j < NV; ++j) xv[j] = vload<A>(sp + j * L);
-        CT_UNROLL for (int b = 0; b < CB; ++b) {
-          const A wb = wp[b];  // vector * scalar: one vbroadcastss from memory
-          CT_UNROLL for (int j = 0; j < NV; ++j) acc[b][j] += xv[j] * wb;
+        const A* sp = rows[r] + coff[t] + c0 * scs;
+        const A* wp = w + roww[r] + cw[t] + c0 * CB;
+        for (int64_t c = 0; c < cn; ++c, sp += scs, wp += CB) {
+          V xv[NX];
+          CT_UNROLL for (int i = 0; i < NR; ++i) {
+            CT_UNROLL for (int j = 0; j < NV; ++j) xv[i * NV + j] = vload<A>(sp + ro[i] + j * L);
+          }
+          CT_UNROLL for (int b = 0; b < CB; ++b) {
+            const A wb = wp[b];  // vector * scalar: one vbroadcastss from memory
+            CT_UNROLL for (int j = 0; j < NX; ++j) acc[b][j] += xv[j] * wb;
+          }
         }
       }
     }
   }
   CT_UNROLL for (int b = 0; b < CB; ++b) {
-    CT_UNROLL for (int j = 0; j < NV; ++j) vstore<A>(out + (b * NV + j) * L, acc[b][j]);
+    CT_UNROLL for (int j = 0; j < NX; ++j) vstore<A>(out + (b * NX + j) * L, acc[b][j]);
   }
 }
 
-// Register-block shapes: (CB lanes, NV vectors). CB*NV = 12 accumulators,
-// which with NV loads and one broadcast fits the 16 AVX2 registers.
-struct Cfg { int cb, nv; };
-constexpr Cfg kCfgs[3] = {{12, 1}, {6, 2}, {4, 3}};
+// Register-block shapes (CB lanes, NV vectors per row, NR rows): 12 vector
+// accumulators, which with the NV*NR loads and a broadcast fit the 16 AVX2
+// registers. Several rows per block serve narrow rows (small images, strided
+// phases): the broadcast weights are then shared by more loads.
+struct Cfg { int cb, nv, nr; };
+constexpr int kNumCfg = 5;
+constexpr Cfg kCfgs[kNumCfg] = {{12, 1, 1}, {6, 2, 1}, {4, 3, 1}, {6, 1, 2}, {4, 1, 3}};
 
-// Pick the block shape that wastes least on padding: `C` block channels and
-// row `widths` (each with a weight = its share of the work).
-inline int pick_cfg(int64_t C, const std::vector<std::pair<int64_t, double>>& widths, int L) {
-  const double pref[3] = {0.80, 0.95, 1.0};  // fewer broadcasts per FMA with more vectors
+// Calls f(CB, NV, NR) (as integral constants) for configuration `idx`.
+template <typename F> void with_cfg(int idx, F&& f) {
+  using std::integral_constant;
+  switch (idx) {
+    case 0: f(integral_constant<int, 12>{}, integral_constant<int, 1>{}, integral_constant<int, 1>{}); break;
+    case 1: f(integral_constant<int, 6>{}, integral_constant<int, 2>{}, integral_constant<int, 1>{}); break;
+    case 2: f(integral_constant<int, 4>{}, integral_constant<int, 3>{}, integral_constant<int, 1>{}); break;
+    case 3: f(integral_constant<int, 6>{}, integral_constant<int, 1>{}, integral_constant<int, 2>{}); break;
+    default: f(integral_constant<int, 4>{}, integral_constant<int, 1>{}, integral_constant<int, 3>{}); break;
+  }
+}
+
+// Work shape for choosing a block: `C` block channels; row segments, each
+// {width, interior rows, boundary rows, weight}. Interior rows (all taps in
+// range) are grouped NR at a time; boundary rows run one by one.
+struct RowShape { int64_t width, interior, boundary; double weight; };
+
+// The block shape that wastes least on padding (lanes past C, positions past
+// the width, rows past a group), preferring fewer loads per FMA.
+// (CONVT2D_CPU_CFG=<index into kCfgs> overrides the choice: for tuning.)
+inline int pick_cfg(int64_t C, const std::vector<RowShape>& segs, int L) {
+  if (const char* e = std::getenv("CONVT2D_CPU_CFG")) {
+    const int i = std::atoi(e);
+    if (i >= 0 && i < kNumCfg) return i;
+  }
+  // Measured preferences (AVX2): 12 broadcasts per load is slowest; row
+  // groups cost a little more than one wide row (more streams).
+  const double pref[kNumCfg] = {0.80, 0.95, 1.0, 0.90, 0.92};
   int best = 2;
   double best_score = -1;
-  for (int i = 0; i < 3; ++i) {
-    const int64_t vw = int64_t(kCfgs[i].nv) * L;
-    double used = 0, padded = 0;
-    for (auto& wv : widths) {
-      used += wv.second * double(wv.first);
-      padded += wv.second * double(round_up(wv.first, vw));
+  for (int i = 0; i < kNumCfg; ++i) {
+    const Cfg& k = kCfgs[i];
+    const int64_t vw = int64_t(k.nv) * L;
+    double used = 0, spent = 0;
+    for (const RowShape& sg : segs) {
+      const double rows = double(sg.interior + sg.boundary);
+      // a boundary row runs alone, with fewer accumulators: about 1.3 rows
+      const double cost = double(round_up(sg.interior, k.nr)) +
+                          double(sg.boundary) * (k.nr > 1 ? 1.3 : 1.0);
+      used += sg.weight * double(sg.width) * rows;
+      spent += sg.weight * double(round_up(sg.width, vw)) * cost;
     }
-    const double ew = padded > 0 ? used / padded : 1.0;
-    const double ec = double(C) / double(round_up(C, kCfgs[i].cb));
+    const double ew = spent > 0 ? used / spent : 1.0;
+    const double ec = double(C) / double(round_up(C, k.cb));
     const double score = ew * ec * pref[i];
     if (score > best_score + 1e-12) { best_score = score; best = i; }
   }
   return best;
+}
+
+// ---------------------------------------------------------------------------
+// Threads. at::parallel_for is header code that is parallel only when this
+// file is compiled with -fopenmp (ATen/Parallel-inl.h: INTRA_OP_PARALLEL);
+// then torch's OpenMP team is used. Without it, plain std::threads are
+// started per parallel region (tens of microseconds each; safe after fork(),
+// unlike a persistent pool inherited from the parent). body(tid) runs once
+// per tid in [0, nt); exceptions are passed to the caller.
+// ---------------------------------------------------------------------------
+template <typename F> void run_threads(int64_t nt, const F& body) {
+#if defined(_OPENMP)
+  at::parallel_for(0, nt, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) body(i);
+  });
+#else
+  std::exception_ptr err;
+  std::mutex em;
+  auto guarded = [&](int64_t i) {
+    try {
+      body(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> g(em);
+      if (!err) err = std::current_exception();
+    }
+  };
+  std::vector<std::thread> th;
+  th.reserve(size_t(nt - 1));
+  for (int64_t i = 1; i < nt; ++i) th.emplace_back(guarded, i);
+  guarded(0);
+  for (auto& t : th) t.join();
+  if (err) std::rethrow_exception(err);
+#endif
+}
+
+// Runs f(b, e) over [0, ntask), handing out chunks of consecutive tasks from a
+// shared counter (dynamic scheduling: tasks of unequal cost, or a thread that
+// gets descheduled, do not hold the others up). At most one thread per
+// `grain` tasks. Which thread runs a task never changes what it computes.
+template <typename F> void parallel_tasks(int64_t ntask, int64_t grain, const F& f) {
+  if (ntask <= 0) return;
+  const int64_t nt = std::min<int64_t>(at::get_num_threads(), ceil_div(ntask, grain));
+  if (nt <= 1 || at::in_parallel_region()) { f(int64_t(0), ntask); return; }
+  const int64_t chunk = std::max<int64_t>(1, ntask / (nt * 16));
+  std::atomic<int64_t> next{0};
+  run_threads(nt, [&](int64_t) {
+    for (;;) {
+      const int64_t b = next.fetch_add(chunk, std::memory_order_relaxed);
+      if (b >= ntask) break;
+      f(b, std::min(ntask, b + chunk));
+    }
+  });
 }
 
 // Strided 4-D view of a tensor's data (element strides).
@@ -201,7 +311,7 @@ template <typename T, typename A>
 void pad_rows(const View4<const T>& src, int64_t n0, int64_t nimg, int64_t C, int64_t H,
               int64_t W, A* dst, int64_t Wd, int64_t PL) {
   const int64_t nrows = nimg * C * H;
-  at::parallel_for(0, nrows, 64, [&](int64_t b, int64_t e) {
+  parallel_tasks(nrows, std::max<int64_t>(1, 32768 / Wd), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t c = r % C, h = (r / C) % H, nn = r / (C * H);
       A* d = dst + r * Wd;
@@ -226,29 +336,43 @@ struct Phase {
   int64_t tap_off;  // taps of the phases before this one (weight packing)
 };
 
+// One forward work row: `nr` == 0: the single phase row qy, taps clipped to
+// the input; `nr` >= 1: phase rows qy .. qy+nr-1, all interior (every tap in
+// range), computed together by the NR-row kernel.
+struct RowTask { int64_t phase, qy, nr; };
+
+// Interior rows of a phase: all taps jy in range, i.e.
+// 0 <= q0 + q - koff0 - (ntap-1)*koff_step and q0 + q - koff0 <= H-1.
+inline void phase_interior(const PhaseDim& y, int64_t H, int64_t& qa, int64_t& qb) {
+  qa = std::max<int64_t>(0, y.koff0 + (y.ntap - 1) * y.koff_step - y.q0);
+  qb = std::min<int64_t>(y.nq - 1, H - 1 + y.koff0 - y.q0);
+}
+
 template <typename T, typename A> struct FwdCtx {
   const Problem* p;
   const std::vector<Phase>* phases;
-  const std::vector<std::pair<int64_t, int64_t>>* rowlist;  // (phase index, qy)
+  const std::vector<RowTask>* rowlist;
   const A* xp;       // padded input [nimg][H][Cin][Wp]
   int64_t Wp, PL;
-  const A* wpk;      // packed weights [G][ncbk][phase][Cig][ntap_y][ntap_x][CB]
+  const A* wpk;      // packed weights [G][ncbk][phase][ntap_y][ntap_x][Cig][CB]
   int64_t ncbk;
   const A* bias;     // [Cout] or nullptr
   View4<T> out;
   int64_t n0;        // first image of this chunk
 };
 
-template <typename T, typename A, int CB, int NV>
+template <typename T, typename A, int CB, int NV, int NR>
 CT_AI void fwd_tasks(const FwdCtx<T, A>& c, int64_t tb, int64_t te) {
   constexpr int L = Vec<A>::L;
   constexpr int64_t VW = int64_t(NV) * L;
   const Problem& p = *c.p;
   const int64_t Cig = p.cin_g(), Cog = p.cout_g(), G = p.groups;
   const int64_t nrows_tot = int64_t(c.rowlist->size());
+  const int64_t rstride = p.Cin * c.Wp;  // one input row (all channels) in the buffer
   std::vector<const A*> rows(p.kh);
   std::vector<int64_t> roww(p.kh), coff(p.kw), cw(p.kw);
-  alignas(64) A tmp[CB * VW];
+  int64_t roff[NR];
+  alignas(64) A tmp[CB * NR * VW];
   for (int64_t t = tb; t < te; ++t) {
     // task = ((nn*G + g)*ncbk + cbk)*nrows_tot + row
     const int64_t row = t % nrows_tot;
@@ -256,105 +380,143 @@ CT_AI void fwd_tasks(const FwdCtx<T, A>& c, int64_t tb, int64_t te) {
     const int64_t cbk = rest % c.ncbk; rest /= c.ncbk;
     const int64_t g = rest % G;
     const int64_t nn = rest / G;
-    const Phase& ph = (*c.phases)[(*c.rowlist)[row].first];
-    const int64_t qy = (*c.rowlist)[row].second;
-    const int64_t oy = (ph.y.q0 + qy) * p.sh + ph.ry - p.ph;
+    const RowTask& rt = (*c.rowlist)[row];
+    const Phase& ph = (*c.phases)[rt.phase];
     const int64_t nqx = ph.x.nq;
 
-    // Source rows: phase row qy receives tap jy from input row
-    // iy = q0 + qy - koff0 - jy*koff_step (skipped when outside [0, H)).
-    // The column of output q (tap jx = 0) is ix = q0x + q - koff0x, so the row
-    // pointer is shifted by q0x - koff0x; tap jx reads koff_step_x*jx further left.
+    // Source rows: phase row q receives tap jy from input row
+    // iy = q0 + q - koff0 - jy*koff_step (skipped when outside [0, H)); the
+    // next phase row reads the next input row. The column of output q
+    // (tap jx = 0) is ix = q0x + q - koff0x, so the row pointer is shifted by
+    // q0x - koff0x; tap jx reads koff_step_x*jx further left.
     const A* xbase = c.xp + (nn * p.H * p.Cin + g * Cig) * c.Wp + c.PL + (ph.x.q0 - ph.x.koff0);
+    const int64_t nr = rt.nr == 0 ? 1 : rt.nr;
     int64_t nrow = 0;
     for (int64_t jy = 0; jy < ph.y.ntap; ++jy) {
-      const int64_t iy = ph.y.q0 + qy - ph.y.koff0 - jy * ph.y.koff_step;
-      if (iy < 0 || iy >= p.H) continue;
-      rows[nrow] = xbase + iy * p.Cin * c.Wp;
-      roww[nrow] = jy * ph.x.ntap * CB;
+      const int64_t iy = ph.y.q0 + rt.qy - ph.y.koff0 - jy * ph.y.koff_step;
+      if (iy < 0 || iy >= p.H) continue;  // never for interior rows
+      rows[nrow] = xbase + iy * rstride;
+      roww[nrow] = jy * ph.x.ntap * Cig * CB;
       ++nrow;
     }
     const int64_t ncol = ph.x.ntap;
     for (int64_t jx = 0; jx < ncol; ++jx) {
       coff[jx] = -jx * ph.x.koff_step;
-      cw[jx] = jx * CB;
+      cw[jx] = jx * Cig * CB;
     }
-    if (ncol == 0) nrow = 0;
-    // This phase's weights: [Cig][ntap_y][ntap_x][CB], dense.
-    const int64_t ptaps = ph.y.ntap * ph.x.ntap;
+    // Rows past the group's end repeat its last row (results dropped).
+    for (int i = 0; i < NR; ++i) roff[i] = std::min<int64_t>(i, nr - 1) * rstride;
+    // This phase's weights: [ntap_y][ntap_x][Cig][CB], dense.
     const A* w = c.wpk + ((g * c.ncbk + cbk) * p.kh * p.kw + ph.tap_off) * Cig * CB;
     const int64_t co0 = g * Cog + cbk * CB;
     const int64_t nb = std::min<int64_t>(CB, Cog - cbk * CB);
-    T* obase = c.out.p + (c.n0 + nn) * c.out.s0 + oy * c.out.s2;
     for (int64_t x0 = 0; x0 < nqx; x0 += VW) {
-      micro<A, CB, NV>(rows.data(), roww.data(), nrow, coff.data(), cw.data(), ncol, Cig,
-                       c.Wp, w, ptaps * CB, x0, tmp);
-      // Scatter: phase column q -> output column (q0x + q)*sw + rx - pw.
+      int64_t nx;  // rows computed by this call
+      if (rt.nr == 0) {
+        micro<A, CB, NV, 1>(rows.data(), roff, roww.data(), nrow, coff.data(), cw.data(), ncol,
+                            Cig, c.Wp, w, x0, tmp);
+        nx = 1;
+      } else {
+        micro<A, CB, NV, NR>(rows.data(), roff, roww.data(), nrow, coff.data(), cw.data(), ncol,
+                             Cig, c.Wp, w, x0, tmp);
+        nx = NR;
+      }
+      // Scatter: phase (row q, column q') -> output (oy, ox) =
+      // ((q0y + q)*sh + ry - ph, (q0x + q')*sw + rx - pw).
       const int64_t nv = std::min<int64_t>(VW, nqx - x0);
       const int64_t ox0 = (ph.x.q0 + x0) * p.sw + ph.rx - p.pw;
       const int64_t ostep = p.sw * c.out.s3;
-      for (int64_t b = 0; b < nb; ++b) {
-        const A bv = c.bias ? c.bias[co0 + b] : A(0);
-        T* o = obase + (co0 + b) * c.out.s1 + ox0 * c.out.s3;
-        const A* s = tmp + b * VW;
-        for (int64_t j = 0; j < nv; ++j) o[j * ostep] = static_cast<T>(s[j] + bv);
+      for (int64_t i = 0; i < nr; ++i) {
+        const int64_t oy = (ph.y.q0 + rt.qy + i) * p.sh + ph.ry - p.ph;
+        T* obase = c.out.p + (c.n0 + nn) * c.out.s0 + oy * c.out.s2 + ox0 * c.out.s3 +
+                   co0 * c.out.s1;
+        if (c.out.s1 == 1) {  // channels-last: the CB channels are adjacent
+          for (int64_t j = 0; j < nv; ++j)
+            for (int64_t b = 0; b < nb; ++b)
+              obase[j * ostep + b] = static_cast<T>(tmp[(b * nx + i) * VW + j] +
+                                                    (c.bias ? c.bias[co0 + b] : A(0)));
+        } else {
+          for (int64_t b = 0; b < nb; ++b) {
+            const A bv = c.bias ? c.bias[co0 + b] : A(0);
+            T* o = obase + b * c.out.s1;
+            const A* s = tmp + (b * nx + i) * VW;
+            for (int64_t j = 0; j < nv; ++j) o[j * ostep] = static_cast<T>(s[j] + bv);
+          }
+        }
       }
     }
   }
 }
 
-#define CT_DEFINE_WORKER(NAME, CTX)                                                        \
-  template <typename T, typename A, int CB, int NV>                                        \
-  void NAME##_base(const CTX<T, A>& c, int64_t b, int64_t e) { NAME<T, A, CB, NV>(c, b, e); }
-CT_DEFINE_WORKER(fwd_tasks, FwdCtx)
+// Each hot loop is compiled for the baseline ISA and, on x86, for AVX2+FMA.
+#define CT_DEFINE_WORKERS(NAME, CTX)                                                        \
+  template <typename T, typename A, int CB, int NV, int NR>                                 \
+  void NAME##_base(const CTX<T, A>& c, int64_t b, int64_t e) {                              \
+    NAME<T, A, CB, NV, NR>(c, b, e);                                                        \
+  }                                                                                         \
+  CT_AVX2_WORKER(NAME, CTX)
 #if CT_X86
-template <typename T, typename A, int CB, int NV>
-CT_AVX2 void fwd_tasks_avx2(const FwdCtx<T, A>& c, int64_t b, int64_t e) {
-  fwd_tasks<T, A, CB, NV>(c, b, e);
-}
+#define CT_AVX2_WORKER(NAME, CTX)                                                           \
+  template <typename T, typename A, int CB, int NV, int NR>                                 \
+  CT_AVX2 void NAME##_avx2(const CTX<T, A>& c, int64_t b, int64_t e) {                      \
+    NAME<T, A, CB, NV, NR>(c, b, e);                                                        \
+  }
+#else
+#define CT_AVX2_WORKER(NAME, CTX)
 #endif
+CT_DEFINE_WORKERS(fwd_tasks, FwdCtx)
 
 // Images per chunk so that a per-chunk buffer stays near `budget` bytes.
 inline int64_t images_per_chunk(int64_t N, int64_t bytes_per_image, int64_t budget = 64 << 20) {
   return std::max<int64_t>(1, std::min<int64_t>(N, budget / std::max<int64_t>(1, bytes_per_image)));
 }
 
-// Forward weights, per stride phase: [G][ncbk][phase][Cig][ntap_y][ntap_x][CB]
+// Forward weights, per stride phase: [G][ncbk][phase][ntap_y][ntap_x][Cig][CB]
 // with lane b = output channel cbk*CB + b of the group (0 past Cog); phase i
-// starts at tap offset phases[i].tap_off (in units of Cig*CB).
+// starts at tap offset phases[i].tap_off (in units of Cig*CB). Read in source
+// order (w[ci][co][ky][kx]: a run of kh*kw per lane), written per tap.
 template <typename T, typename A>
 std::vector<A> pack_weights_fwd(const at::Tensor& weight, const Problem& p, int64_t CB,
                                 const std::vector<Phase>& phases) {
   const View4<const T> w(weight);
   const int64_t G = p.groups, Cig = p.cin_g(), Cog = p.cout_g(), K = p.kh * p.kw;
   const int64_t ncbk = ceil_div(Cog, CB);
+  // Tap (ky, kx) -> offset inside a (g, cbk) block and stride per input
+  // channel; -1 for taps of phases without outputs.
+  std::vector<int64_t> tbase(size_t(K), -1), tstride(size_t(K), 0);
+  for (const Phase& ph : phases)
+    for (int64_t jy = 0; jy < ph.y.ntap; ++jy)
+      for (int64_t jx = 0; jx < ph.x.ntap; ++jx) {
+        const int64_t k = (ph.y.k0 + jy * ph.y.kstep) * p.kw + ph.x.k0 + jx * ph.x.kstep;
+        tbase[k] = (ph.tap_off + jy * ph.x.ntap + jx) * Cig * CB;
+        tstride[k] = CB;
+      }
   std::vector<A> out(size_t(G * ncbk * K * Cig * CB), A(0));
-  at::parallel_for(0, G * ncbk, 1, [&](int64_t b, int64_t e) {
-    for (int64_t gb = b; gb < e; ++gb) {
-      const int64_t g = gb / ncbk, cbk = gb % ncbk;
-      for (const Phase& ph : phases) {
-        A* d = out.data() + (gb * K + ph.tap_off) * Cig * CB;
-        for (int64_t ci = 0; ci < Cig; ++ci)
-          for (int64_t jy = 0; jy < ph.y.ntap; ++jy)
-            for (int64_t jx = 0; jx < ph.x.ntap; ++jx, d += CB) {
-              const int64_t ky = ph.y.k0 + jy * ph.y.kstep, kx = ph.x.k0 + jx * ph.x.kstep;
-              for (int64_t lane = 0; lane < CB && cbk * CB + lane < Cog; ++lane)
-                d[lane] = static_cast<A>(w.p[(g * Cig + ci) * w.s0 + (cbk * CB + lane) * w.s1 +
-                                             ky * w.s2 + kx * w.s3]);
-            }
+  parallel_tasks(G * ncbk * Cig, std::max<int64_t>(1, 4096 / (K * CB)), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t ci = i % Cig, gb = i / Cig, g = gb / ncbk, cbk = gb % ncbk;
+      A* d = out.data() + gb * K * Cig * CB;
+      for (int64_t lane = 0; lane < CB && cbk * CB + lane < Cog; ++lane) {
+        const T* src = w.p + (g * Cig + ci) * w.s0 + (cbk * CB + lane) * w.s1;
+        for (int64_t ky = 0; ky < p.kh; ++ky)
+          for (int64_t kx = 0; kx < p.kw; ++kx) {
+            const int64_t k = ky * p.kw + kx;
+            if (tbase[k] >= 0)
+              d[tbase[k] + ci * tstride[k] + lane] = static_cast<A>(src[ky * w.s2 + kx * w.s3]);
+          }
       }
     }
   });
   return out;
 }
 
-template <typename T, int CB, int NV>
+template <typename T, int CB, int NV, int NR>
 void forward_impl(const Problem& p, const at::Tensor& input, const at::Tensor& weight,
                   const std::optional<at::Tensor>& bias, at::Tensor& out) {
   using A = acc_t<T>;
   constexpr int L = Vec<A>::L;
   constexpr int64_t VW = int64_t(NV) * L;
-  const int64_t G = p.groups, Cig = p.cin_g();
+  const int64_t G = p.groups;
 
   // Phases with outputs and taps (ry-major); the padding each needs so all
   // loads hit the buffer: columns read are ix = q0x - koff0x + q - jx*koff_step_x
@@ -383,14 +545,22 @@ void forward_impl(const Problem& p, const at::Tensor& input, const at::Tensor& w
   }
   int64_t tap_tot = 0;
   for (auto& ph : phases) { ph.tap_off = tap_tot; tap_tot += ph.y.ntap * ph.x.ntap; }
-  // Task rows ordered (ry, qy, rx): the phases of one output row run back to
+  // Work rows ordered (ry, q, rx): the phases of one output row run back to
   // back, so the row's cache lines are complete before they are evicted.
-  std::vector<std::pair<int64_t, int64_t>> rowlist;
+  // Interior rows go NR at a time, boundary rows one by one.
+  std::vector<RowTask> rowlist;
   for (size_t i = 0; i < phases.size();) {
     size_t j = i;
     while (j < phases.size() && phases[j].ry == phases[i].ry) ++j;
-    for (int64_t qy = 0; qy < phases[i].y.nq; ++qy)
-      for (size_t k = i; k < j; ++k) rowlist.emplace_back(int64_t(k), qy);
+    const PhaseDim& y = phases[i].y;
+    int64_t qa, qb;
+    phase_interior(y, p.H, qa, qb);
+    if (NR == 1) { qa = y.nq; qb = -1; }
+    for (int64_t q = 0; q < y.nq;) {
+      const int64_t nr = (q >= qa && q <= qb) ? std::min<int64_t>(NR, qb + 1 - q) : 0;
+      for (size_t k = i; k < j; ++k) rowlist.push_back({int64_t(k), q, nr});
+      q += std::max<int64_t>(nr, 1);
+    }
     i = j;
   }
   if (rowlist.empty()) return;
@@ -411,29 +581,19 @@ void forward_impl(const Problem& p, const at::Tensor& input, const at::Tensor& w
   const View4<const T> xin(input);
   FwdCtx<T, A> c{&p, &phases, &rowlist, xp.data(), Wp, PL, wpk.data(), ncbk,
                  bvec.empty() ? nullptr : bvec.data(), View4<T>(out), 0};
-  auto worker = &fwd_tasks_base<T, A, CB, NV>;
+  auto worker = &fwd_tasks_base<T, A, CB, NV, NR>;
 #if CT_X86
-  if (cpu_has_avx2()) worker = &fwd_tasks_avx2<T, A, CB, NV>;
+  if (cpu_has_avx2()) worker = &fwd_tasks_avx2<T, A, CB, NV, NR>;
 #endif
   for (int64_t n0 = 0; n0 < p.N; n0 += nchunk) {
     const int64_t nimg = std::min(nchunk, p.N - n0);
     pad_rows<T, A>(xin, n0, nimg, p.Cin, p.H, p.W, xp.data(), Wp, PL);
     c.n0 = n0;
     const int64_t ntask = nimg * G * ncbk * int64_t(rowlist.size());
-    at::parallel_for(0, ntask, 1, [&](int64_t b, int64_t e) { worker(c, b, e); });
-  }
-  (void)Cig;
-}
-
-
-// Calls f.template operator()<CB, NV>() for the chosen block shape.
-template <typename F> void with_cfg(int idx, F&& f) {
-  switch (idx) {
-    case 0: f(std::integral_constant<int, 12>{}, std::integral_constant<int, 1>{}); break;
-    case 1: f(std::integral_constant<int, 6>{}, std::integral_constant<int, 2>{}); break;
-    default: f(std::integral_constant<int, 4>{}, std::integral_constant<int, 3>{}); break;
+    parallel_tasks(ntask, 1, [&](int64_t b, int64_t e) { worker(c, b, e); });
   }
 }
+
 
 at::Tensor forward_cpu(const at::Tensor& input, const at::Tensor& weight,
                        const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
@@ -446,14 +606,24 @@ at::Tensor forward_cpu(const at::Tensor& input, const at::Tensor& weight,
   if (out.numel() == 0) return out;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, input.scalar_type(), "convt2d_forward_cpu", [&] {
     using A = acc_t<scalar_t>;
-    // Work along phase rows: weight each phase width by its taps.
-    std::vector<std::pair<int64_t, double>> widths;
-    for (int64_t rx = 0; rx < p.sw; ++rx) {
-      const PhaseDim x = make_phase_dim(rx, p.sw, p.pw, p.dw, p.kw, p.Wo);
-      if (x.nq > 0 && x.ntap > 0) widths.emplace_back(x.nq, double(x.ntap));
+    // Work shape: every (row phase, column phase) pair with taps, weighted
+    // by its taps.
+    std::vector<RowShape> segs;
+    for (int64_t ry = 0; ry < p.sh; ++ry) {
+      const PhaseDim y = make_phase_dim(ry, p.sh, p.ph, p.dh, p.kh, p.Ho);
+      if (y.nq == 0 || y.ntap == 0) continue;
+      int64_t qa, qb;
+      phase_interior(y, p.H, qa, qb);
+      const int64_t inner = std::max<int64_t>(0, qb - qa + 1);
+      for (int64_t rx = 0; rx < p.sw; ++rx) {
+        const PhaseDim x = make_phase_dim(rx, p.sw, p.pw, p.dw, p.kw, p.Wo);
+        if (x.nq > 0 && x.ntap > 0)
+          segs.push_back({x.nq, inner, y.nq - inner, double(y.ntap * x.ntap)});
+      }
     }
-    with_cfg(pick_cfg(p.cout_g(), widths, Vec<A>::L), [&](auto cb, auto nv) {
-      forward_impl<scalar_t, decltype(cb)::value, decltype(nv)::value>(p, input, weight, bias, out);
+    with_cfg(pick_cfg(p.cout_g(), segs, Vec<A>::L), [&](auto cb, auto nv, auto nr) {
+      forward_impl<scalar_t, decltype(cb)::value, decltype(nv)::value, decltype(nr)::value>(
+          p, input, weight, bias, out);
     });
   });
   return out;
@@ -494,7 +664,7 @@ inline Planes make_planes(const Problem& p, int64_t ix_end /* exclusive, padded 
   return pl;
 }
 
-// grad_input weights: [G][ncbk][Cog][kh][kw][CB], lane b = input channel
+// grad_input weights: [G][ncbk][kh][kw][Cog][CB], lane b = input channel
 // cbk*CB + b of the group (0 past Cig).
 template <typename T, typename A>
 std::vector<A> pack_weights_gi(const at::Tensor& weight, const Problem& p, int64_t CB) {
@@ -502,15 +672,15 @@ std::vector<A> pack_weights_gi(const at::Tensor& weight, const Problem& p, int64
   const int64_t G = p.groups, Cig = p.cin_g(), Cog = p.cout_g(), K = p.kh * p.kw;
   const int64_t ncbk = ceil_div(Cig, CB);
   std::vector<A> out(size_t(G * ncbk * Cog * K * CB), A(0));
-  at::parallel_for(0, G * ncbk * Cog, 16, [&](int64_t b, int64_t e) {
+  parallel_tasks(G * ncbk * Cog, std::max<int64_t>(1, 4096 / (K * CB)), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const int64_t co = i % Cog, cbk = (i / Cog) % ncbk, g = i / (Cog * ncbk);
-      A* d = out.data() + i * K * CB;
+      const int64_t co = i % Cog, gb = i / Cog, cbk = gb % ncbk, g = gb / ncbk;
+      A* d = out.data() + (gb * K * Cog + co) * CB;
       for (int64_t lane = 0; lane < CB && cbk * CB + lane < Cig; ++lane) {
         const T* s = w.p + (g * Cig + cbk * CB + lane) * w.s0 + co * w.s1;
         for (int64_t ky = 0; ky < p.kh; ++ky)
           for (int64_t kx = 0; kx < p.kw; ++kx)
-            d[(ky * p.kw + kx) * CB + lane] = static_cast<A>(s[ky * w.s2 + kx * w.s3]);
+            d[(ky * p.kw + kx) * Cog * CB + lane] = static_cast<A>(s[ky * w.s2 + kx * w.s3]);
       }
     }
   });
@@ -522,7 +692,7 @@ template <typename T, typename A>
 void build_planes(const View4<const T>& go, const Problem& p, const Planes& pl, int64_t n0,
                   int64_t nimg, A* gd) {
   const int64_t nrows = nimg * p.Cout * p.Ho;
-  at::parallel_for(0, nrows, 16, [&](int64_t b, int64_t e) {
+  parallel_tasks(nrows, std::max<int64_t>(1, 32768 / (pl.P * pl.Lp)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t co = r % p.Cout, oy = (r / p.Cout) % p.Ho, nn = r / (p.Cout * p.Ho);
       const T* s = go.p + (n0 + nn) * go.s0 + co * go.s1 + oy * go.s2;
@@ -541,71 +711,96 @@ void build_planes(const View4<const T>& go, const Problem& p, const Planes& pl, 
   });
 }
 
+// grad_input rows iy with every tap ky in range: 0 <= iy*sh - ph and
+// iy*sh - ph + (kh-1)*dh <= Ho-1.
+inline void gi_interior(const Problem& p, int64_t& ia, int64_t& ib) {
+  ia = std::max<int64_t>(0, ceil_div(p.ph, p.sh));
+  ib = std::min<int64_t>(p.H - 1, floor_div(p.Ho - 1 + p.ph - (p.kh - 1) * p.dh, p.sh));
+}
+
 template <typename T, typename A> struct GiCtx {
   const Problem* p;
   const Planes* pl;
+  const std::vector<std::pair<int64_t, int64_t>>* rowlist;  // (iy, nr) as in RowTask
   const A* gd;       // planes [nimg][Ho][Cout][P][Lp]
-  const A* wpk;      // packed weights [G][ncbk][Cog][kh][kw][CB] (lanes: input channels)
+  const A* wpk;      // packed weights [G][ncbk][kh][kw][Cog][CB] (lanes: input channels)
   int64_t ncbk;
   View4<T> gi;
   int64_t n0;
 };
 
-template <typename T, typename A, int CB, int NV>
+template <typename T, typename A, int CB, int NV, int NR>
 CT_AI void gi_tasks(const GiCtx<T, A>& c, int64_t tb, int64_t te) {
   constexpr int L = Vec<A>::L;
   constexpr int64_t VW = int64_t(NV) * L;
   const Problem& p = *c.p;
   const Planes& pl = *c.pl;
   const int64_t Cig = p.cin_g(), Cog = p.cout_g(), G = p.groups;
-  const int64_t rowlen = pl.P * pl.Lp;  // one go row (all planes)
+  const int64_t rowlen = pl.P * pl.Lp;         // one go row of one channel (all planes)
+  const int64_t rstride = p.sh * p.Cout * rowlen;  // next grad_input row: sh go rows down
+  const int64_t nrows_tot = int64_t(c.rowlist->size());
   std::vector<const A*> rows(p.kh);
   std::vector<int64_t> roww(p.kh), coff(p.kw), cw(p.kw);
   for (int64_t kx = 0; kx < p.kw; ++kx) {
     coff[kx] = pl.plane_of_kx[kx] * pl.Lp + (pl.m_of_kx[kx] - pl.m_lo);
-    cw[kx] = kx * CB;
+    cw[kx] = kx * Cog * CB;
   }
-  alignas(64) A tmp[CB * VW];
+  int64_t roff[NR];
+  alignas(64) A tmp[CB * NR * VW];
   for (int64_t t = tb; t < te; ++t) {
-    // task = ((nn*G + g)*ncbk + cbk)*H + iy
-    const int64_t iy = t % p.H;
-    int64_t rest = t / p.H;
+    // task = ((nn*G + g)*ncbk + cbk)*nrows_tot + row
+    const int64_t row = t % nrows_tot;
+    int64_t rest = t / nrows_tot;
     const int64_t cbk = rest % c.ncbk; rest /= c.ncbk;
     const int64_t g = rest % G;
     const int64_t nn = rest / G;
+    const int64_t iy0 = (*c.rowlist)[row].first, tnr = (*c.rowlist)[row].second;
+    const int64_t nr = tnr == 0 ? 1 : tnr;
     // grad_input row iy reads grad_output rows oy = iy*sh - ph + ky*dh.
     const A* gbase = c.gd + (nn * p.Ho * p.Cout + g * Cog) * rowlen;
     int64_t nrow = 0;
     for (int64_t ky = 0; ky < p.kh; ++ky) {
-      const int64_t oy = iy * p.sh - p.ph + ky * p.dh;
-      if (oy < 0 || oy >= p.Ho) continue;
+      const int64_t oy = iy0 * p.sh - p.ph + ky * p.dh;
+      if (oy < 0 || oy >= p.Ho) continue;  // never for interior rows
       rows[nrow] = gbase + oy * p.Cout * rowlen;
-      roww[nrow] = ky * p.kw * CB;
+      roww[nrow] = ky * p.kw * Cog * CB;
       ++nrow;
     }
+    for (int i = 0; i < NR; ++i) roff[i] = std::min<int64_t>(i, nr - 1) * rstride;
     const A* w = c.wpk + (g * c.ncbk + cbk) * Cog * p.kh * p.kw * CB;
     const int64_t ci0 = g * Cig + cbk * CB;
     const int64_t nb = std::min<int64_t>(CB, Cig - cbk * CB);
-    T* obase = c.gi.p + (c.n0 + nn) * c.gi.s0 + iy * c.gi.s2;
     for (int64_t x0 = 0; x0 < p.W; x0 += VW) {
-      micro<A, CB, NV>(rows.data(), roww.data(), nrow, coff.data(), cw.data(), p.kw, Cog,
-                       rowlen, w, p.kh * p.kw * CB, x0, tmp);
+      int64_t nx;
+      if (tnr == 0) {
+        micro<A, CB, NV, 1>(rows.data(), roff, roww.data(), nrow, coff.data(), cw.data(), p.kw,
+                            Cog, rowlen, w, x0, tmp);
+        nx = 1;
+      } else {
+        micro<A, CB, NV, NR>(rows.data(), roff, roww.data(), nrow, coff.data(), cw.data(), p.kw,
+                             Cog, rowlen, w, x0, tmp);
+        nx = NR;
+      }
       const int64_t nv = std::min<int64_t>(VW, p.W - x0);
-      for (int64_t b = 0; b < nb; ++b) {
-        T* o = obase + (ci0 + b) * c.gi.s1 + x0 * c.gi.s3;
-        const A* s = tmp + b * VW;
-        for (int64_t j = 0; j < nv; ++j) o[j * c.gi.s3] = static_cast<T>(s[j]);
+      for (int64_t i = 0; i < nr; ++i) {
+        T* obase = c.gi.p + (c.n0 + nn) * c.gi.s0 + (iy0 + i) * c.gi.s2 + x0 * c.gi.s3 +
+                   ci0 * c.gi.s1;
+        if (c.gi.s1 == 1) {  // channels-last: the CB channels are adjacent
+          for (int64_t j = 0; j < nv; ++j)
+            for (int64_t b = 0; b < nb; ++b)
+              obase[j * c.gi.s3 + b] = static_cast<T>(tmp[(b * nx + i) * VW + j]);
+        } else {
+          for (int64_t b = 0; b < nb; ++b) {
+            T* o = obase + b * c.gi.s1;
+            const A* s = tmp + (b * nx + i) * VW;
+            for (int64_t j = 0; j < nv; ++j) o[j * c.gi.s3] = static_cast<T>(s[j]);
+          }
+        }
       }
     }
   }
 }
-CT_DEFINE_WORKER(gi_tasks, GiCtx)
-#if CT_X86
-template <typename T, typename A, int CB, int NV>
-CT_AVX2 void gi_tasks_avx2(const GiCtx<T, A>& c, int64_t b, int64_t e) {
-  gi_tasks<T, A, CB, NV>(c, b, e);
-}
-#endif
+CT_DEFINE_WORKERS(gi_tasks, GiCtx)
 
 // grad_weight, for one tap (ky, kx), is a GEMM over positions:
 //   gw[ci][co][ky][kx] += sum_{nn, iy, ix} x[nn, ci, iy, ix] * go[nn, co, oy, ox]
@@ -613,10 +808,11 @@ CT_AVX2 void gi_tasks_avx2(const GiCtx<T, A>& c, int64_t b, int64_t e) {
 // a dot product of an x row and a grad_output plane row, both contiguous in ix.
 // Register block: 4 input x 3 output channels, 12 vector accumulators.
 // A task owns a tile of MT x NT channels for a group of taps and walks the
-// positions in chunks of R rows (so that the tile's rows stay in L2); for each
-// chunk it runs every tap and register block of the tile, keeping the vector
-// partial sums in a per-task buffer. Every weight element is thus summed by
-// one task in an order fixed by the shape alone: deterministic.
+// (image, row) positions in chunks of R rows, so that the tile's rows stay in
+// L2; per chunk it runs every tap and register block of the tile (the blocks
+// of the smaller operand innermost, so its rows stay in L1), keeping the
+// vector partial sums in a per-task buffer. Every weight element is thus
+// summed by one task in an order fixed by the shape alone: deterministic.
 constexpr int kGwCI = 4, kGwCO = 3;
 template <typename A> struct GwCtx {
   const Problem* p;
@@ -626,8 +822,9 @@ template <typename A> struct GwCtx {
   const A* gd;   // planes [nimg][Ho][Cout][P][Lp]
   A* gw;         // accumulator [Cin][Cog][kh][kw]
   int64_t nimg;
-  int64_t MT, NT, R;     // tile channels (multiples of 4 and 3) and chunk rows
+  int64_t MT, NT, R;     // tile channels (multiples of 4 and 3), chunk rows
   int64_t ntg;           // tap groups
+  bool ci_inner;         // input-channel blocks innermost
 };
 
 template <typename A>
@@ -640,6 +837,7 @@ CT_AI void gw_tasks(const GwCtx<A>& c, int64_t tb, int64_t te) {
   const int64_t nmt = ceil_div(Cig, c.MT), nnt = ceil_div(Cog, c.NT);
   const int64_t rowlen = pl.P * pl.Lp;
   const int64_t xstep = p.Cin * c.Wr, gstep = p.sh * p.Cout * rowlen;
+  const int64_t nfr = c.nimg * p.H;  // (image, row) pairs
   std::vector<A> part;
   for (int64_t t = tb; t < te; ++t) {
     // task = ((g*nmt + mt)*nnt + nt)*ntg + tg
@@ -654,51 +852,58 @@ CT_AI void gw_tasks(const GwCtx<A>& c, int64_t tb, int64_t te) {
     const int64_t nbi = ceil_div(nci, kGwCI), nbj = ceil_div(nco, kGwCO);
     constexpr int64_t BLK = int64_t(kGwCI) * kGwCO * L;  // one register block
     part.assign(size_t((tap1 - tap0) * nbi * nbj * BLK), A(0));
-    for (int64_t nn = 0; nn < c.nimg; ++nn) {
-      for (int64_t r0 = 0; r0 < p.H; r0 += c.R) {
-        for (int64_t tap = tap0; tap < tap1; ++tap) {
-          const int64_t ky = tap / p.kw, kx = tap % p.kw;
-          // rows iy of this chunk with 0 <= oy = iy*sh + off < Ho
-          const int64_t off = ky * p.dh - p.ph;
-          const int64_t iy_lo = std::max<int64_t>(r0, floor_div(-off + p.sh - 1, p.sh));
-          const int64_t iy_hi = std::min<int64_t>(std::min(p.H, r0 + c.R) - 1,
-                                                  floor_div(p.Ho - 1 - off, p.sh));
-          if (iy_lo > iy_hi) continue;
-          const int64_t gcol = pl.plane_of_kx[kx] * pl.Lp + (pl.m_of_kx[kx] - pl.m_lo);
-          const A* xrow0 = c.xc + ((nn * p.H + iy_lo) * p.Cin + g * Cig + ci_t) * c.Wr;
-          const A* grow0 =
-              c.gd + ((nn * p.Ho + (iy_lo * p.sh + off)) * p.Cout + g * Cog + co_t) * rowlen + gcol;
-          for (int64_t bi = 0; bi < nbi; ++bi) {
-            for (int64_t bj = 0; bj < nbj; ++bj) {
-              A* pp = part.data() + (((tap - tap0) * nbi + bi) * nbj + bj) * BLK;
+    for (int64_t f0 = 0; f0 < nfr; f0 += c.R) {
+      const int64_t f1 = std::min(nfr, f0 + c.R);
+      for (int64_t tap = tap0; tap < tap1; ++tap) {
+        const int64_t ky = tap / p.kw, kx = tap % p.kw;
+        // rows iy with 0 <= oy = iy*sh + off < Ho
+        const int64_t off = ky * p.dh - p.ph;
+        const int64_t iy_lo = std::max<int64_t>(0, floor_div(-off + p.sh - 1, p.sh));
+        const int64_t iy_hi = std::min<int64_t>(p.H - 1, floor_div(p.Ho - 1 - off, p.sh));
+        if (iy_lo > iy_hi) continue;
+        const int64_t gcol = pl.plane_of_kx[kx] * pl.Lp + (pl.m_of_kx[kx] - pl.m_lo);
+        for (int64_t bo = 0; bo < (c.ci_inner ? nbj : nbi); ++bo) {
+          for (int64_t bn = 0; bn < (c.ci_inner ? nbi : nbj); ++bn) {
+            const int64_t bi = c.ci_inner ? bn : bo, bj = c.ci_inner ? bo : bn;
+            A* pp = part.data() + (((tap - tap0) * nbi + bi) * nbj + bj) * BLK;
+            V acc[kGwCI][kGwCO];
+            CT_UNROLL for (int i = 0; i < kGwCI; ++i) {
+              CT_UNROLL for (int j = 0; j < kGwCO; ++j)
+                acc[i][j] = vload<A>(pp + (i * kGwCO + j) * L);
+            }
+            // Tail blocks repeat the last channel (results discarded).
+            int64_t xo[kGwCI], go[kGwCO];
+            CT_UNROLL for (int i = 0; i < kGwCI; ++i)
+              xo[i] = (g * Cig + ci_t + std::min<int64_t>(bi * kGwCI + i, nci - 1)) * c.Wr;
+            CT_UNROLL for (int j = 0; j < kGwCO; ++j)
+              go[j] = (g * Cog + co_t + std::min<int64_t>(bj * kGwCO + j, nco - 1)) * rowlen + gcol;
+            for (int64_t nn = f0 / p.H; nn * p.H < f1; ++nn) {
+              const int64_t a = std::max(iy_lo, f0 - nn * p.H);
+              const int64_t z = std::min(iy_hi, f1 - 1 - nn * p.H);
+              if (a > z) continue;
               const A* xr[kGwCI];
               const A* gr[kGwCO];
-              // Tail blocks repeat the last channel (results discarded).
-              CT_UNROLL for (int i = 0; i < kGwCI; ++i)
-                xr[i] = xrow0 + std::min<int64_t>(bi * kGwCI + i, nci - 1) * c.Wr;
-              CT_UNROLL for (int j = 0; j < kGwCO; ++j)
-                gr[j] = grow0 + std::min<int64_t>(bj * kGwCO + j, nco - 1) * rowlen;
-              V acc[kGwCI][kGwCO];
-              CT_UNROLL for (int i = 0; i < kGwCI; ++i) {
-                CT_UNROLL for (int j = 0; j < kGwCO; ++j)
-                  acc[i][j] = vload<A>(pp + (i * kGwCO + j) * L);
-              }
-              for (int64_t iy = iy_lo; iy <= iy_hi; ++iy) {
+              const A* xrow = c.xc + (nn * p.H + a) * xstep;
+              const A* grow = c.gd + (nn * p.Ho + a * p.sh + off) * p.Cout * rowlen;
+              CT_UNROLL for (int i = 0; i < kGwCI; ++i) xr[i] = xrow + xo[i];
+              CT_UNROLL for (int j = 0; j < kGwCO; ++j) gr[j] = grow + go[j];
+              // Two running offsets (x rows, go rows) instead of seven pointers:
+              // narrow rows (one or two vectors) are common here.
+              int64_t ox = 0, og = 0;
+              for (int64_t iy = a; iy <= z; ++iy, ox += xstep, og += gstep) {
                 for (int64_t x = 0; x < c.Wr; x += L) {
                   V xv[kGwCI];
-                  CT_UNROLL for (int i = 0; i < kGwCI; ++i) xv[i] = vload<A>(xr[i] + x);
+                  CT_UNROLL for (int i = 0; i < kGwCI; ++i) xv[i] = vload<A>(xr[i] + ox + x);
                   CT_UNROLL for (int j = 0; j < kGwCO; ++j) {
-                    const V gv = vload<A>(gr[j] + x);
+                    const V gv = vload<A>(gr[j] + og + x);
                     CT_UNROLL for (int i = 0; i < kGwCI; ++i) acc[i][j] += xv[i] * gv;
                   }
                 }
-                CT_UNROLL for (int i = 0; i < kGwCI; ++i) xr[i] += xstep;
-                CT_UNROLL for (int j = 0; j < kGwCO; ++j) gr[j] += gstep;
               }
-              CT_UNROLL for (int i = 0; i < kGwCI; ++i) {
-                CT_UNROLL for (int j = 0; j < kGwCO; ++j)
-                  vstore<A>(pp + (i * kGwCO + j) * L, acc[i][j]);
-              }
+            }
+            CT_UNROLL for (int i = 0; i < kGwCI; ++i) {
+              CT_UNROLL for (int j = 0; j < kGwCO; ++j)
+                vstore<A>(pp + (i * kGwCO + j) * L, acc[i][j]);
             }
           }
         }
@@ -734,7 +939,7 @@ void grad_bias(const at::Tensor& grad_output, const Problem& p, at::Tensor& gb) 
     // innermost (contiguous), then the blocks are added in order.
     const int64_t R = p.N * p.Ho, RB = 8, nblk = ceil_div(R, RB);
     std::vector<A> part(size_t(nblk * p.Cout), A(0));
-    at::parallel_for(0, nblk, 1, [&](int64_t b, int64_t e) {
+    parallel_tasks(nblk, std::max<int64_t>(1, 32768 / (RB * p.Wo * p.Cout)), [&](int64_t b, int64_t e) {
       std::vector<A> rowsum(size_t(p.Cout));
       for (int64_t blk = b; blk < e; ++blk) {
         A* d = part.data() + blk * p.Cout;
@@ -752,7 +957,7 @@ void grad_bias(const at::Tensor& grad_output, const Problem& p, at::Tensor& gb) 
     for (int64_t blk = 0; blk < nblk; ++blk)
       for (int64_t co = 0; co < p.Cout; ++co) res[co] += part[blk * p.Cout + co];
   } else {
-    at::parallel_for(0, p.Cout, 1, [&](int64_t b, int64_t e) {
+    parallel_tasks(p.Cout, std::max<int64_t>(1, 32768 / (p.N * p.Ho * p.Wo)), [&](int64_t b, int64_t e) {
       for (int64_t co = b; co < e; ++co) {
         A total = 0;
         for (int64_t n = 0; n < p.N; ++n) {
@@ -777,7 +982,7 @@ void grad_bias(const at::Tensor& grad_output, const Problem& p, at::Tensor& gb) 
   for (int64_t co = 0; co < p.Cout; ++co) o[co] = static_cast<T>(res[co]);
 }
 
-template <typename T, int CB, int NV>
+template <typename T, int CB, int NV, int NR>
 void backward_impl(const Problem& p, const at::Tensor& grad_output, const at::Tensor& input,
                    const at::Tensor& weight, bool need_gi, bool need_gw, at::Tensor& gi,
                    at::Tensor& gw) {
@@ -802,39 +1007,55 @@ void backward_impl(const Problem& p, const at::Tensor& grad_output, const at::Te
   std::vector<A> xc(need_gw ? size_t(nmax * p.Cin * p.H * Wr) : 0);
   const View4<const T> gov(grad_output), xin(input);
 
-  GiCtx<T, A> gic{&p, &pl, gd.data(), wpk.data(), ncbk,
+  // grad_input work rows: interior rows NR at a time, boundary rows alone.
+  std::vector<std::pair<int64_t, int64_t>> girows;
+  {
+    int64_t ia, ib;
+    gi_interior(p, ia, ib);
+    if (NR == 1) { ia = p.H; ib = -1; }
+    for (int64_t iy = 0; iy < p.H;) {
+      const int64_t nr = (iy >= ia && iy <= ib) ? std::min<int64_t>(NR, ib + 1 - iy) : 0;
+      girows.emplace_back(iy, nr);
+      iy += std::max<int64_t>(nr, 1);
+    }
+  }
+  GiCtx<T, A> gic{&p, &pl, &girows, gd.data(), wpk.data(), ncbk,
                   View4<T>(need_gi ? gi : grad_output), 0};
   // grad_weight tiles: up to 32 x 48 channels; chunk rows R so that a tile's
-  // x and grad_output rows take about 96 KiB. Tap groups only add tasks (for
-  // load balance); the summation order does not depend on them.
-  GwCtx<A> gwc{&p, &pl, xc.data(), Wr, gd.data(), gwacc.data(), 0, 0, 0, 0, 1};
+  // x and grad_output rows take about 128 KiB (L2). Tap groups only add tasks
+  // (load balance); the summation order does not depend on them.
+  GwCtx<A> gwc{&p, &pl, xc.data(), Wr, gd.data(), gwacc.data(), 0, 0, 0, 0, 1, true};
   gwc.MT = std::min<int64_t>(round_up(Cig, kGwCI), 32);
   gwc.NT = std::min<int64_t>(round_up(Cog, kGwCO), 48);
-  gwc.R = std::max<int64_t>(1, std::min<int64_t>(p.H, (96 << 10) / (int64_t(sizeof(A)) *
-      (gwc.MT * Wr + gwc.NT * p.sh * pl.P * pl.Lp))));
+  {
+    const int64_t xrow = gwc.MT * Wr, grow = gwc.NT * p.sh * pl.P * pl.Lp;  // per input row
+    gwc.ci_inner = xrow <= grow;
+    gwc.R = std::max<int64_t>(1, (128 << 10) / (int64_t(sizeof(A)) * (xrow + grow)));
+  }
   const int64_t gw_tiles = G * ceil_div(Cig, gwc.MT) * ceil_div(Cog, gwc.NT);
   while (gwc.ntg < K && gw_tiles * gwc.ntg < 8 * int64_t(at::get_num_threads())) ++gwc.ntg;
-  auto giw = &gi_tasks_base<T, A, CB, NV>;
+  auto giw = &gi_tasks_base<T, A, CB, NV, NR>;
   auto gww = &gw_tasks_base<A>;
 #if CT_X86
-  if (cpu_has_avx2()) { giw = &gi_tasks_avx2<T, A, CB, NV>; gww = &gw_tasks_avx2<A>; }
+  if (cpu_has_avx2()) { giw = &gi_tasks_avx2<T, A, CB, NV, NR>; gww = &gw_tasks_avx2<A>; }
 #endif
   for (int64_t n0 = 0; n0 < p.N; n0 += nchunk) {
     const int64_t nimg = std::min(nchunk, p.N - n0);
     build_planes<T, A>(gov, p, pl, n0, nimg, gd.data());
     if (need_gi) {
       gic.n0 = n0;
-      at::parallel_for(0, nimg * G * ncbk * p.H, 1, [&](int64_t b, int64_t e) { giw(gic, b, e); });
+      const int64_t ntask = nimg * G * ncbk * int64_t(girows.size());
+      parallel_tasks(ntask, 1, [&](int64_t b, int64_t e) { giw(gic, b, e); });
     }
     if (need_gw) {
       pad_rows<T, A>(xin, n0, nimg, p.Cin, p.H, p.W, xc.data(), Wr, 0);
       gwc.nimg = nimg;
-      at::parallel_for(0, gw_tiles * gwc.ntg, 1, [&](int64_t b, int64_t e) { gww(gwc, b, e); });
+      parallel_tasks(gw_tiles * gwc.ntg, 1, [&](int64_t b, int64_t e) { gww(gwc, b, e); });
     }
   }
   if (need_gw) {
     const View4<T> o(gw);
-    at::parallel_for(0, p.Cin * Cog, 64, [&](int64_t b, int64_t e) {
+    parallel_tasks(p.Cin * Cog, std::max<int64_t>(1, 16384 / K), [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const int64_t ci = i / Cog, co = i % Cog;
         for (int64_t ky = 0; ky < p.kh; ++ky)
@@ -875,9 +1096,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cpu(
       return;
     }
     if (!need_gi && !need_gw) return;
-    std::vector<std::pair<int64_t, double>> widths{{p.W, 1.0}};
-    with_cfg(pick_cfg(p.cin_g(), widths, Vec<A>::L), [&](auto cb, auto nv) {
-      backward_impl<scalar_t, decltype(cb)::value, decltype(nv)::value>(
+    int64_t ia, ib;
+    gi_interior(p, ia, ib);
+    const int64_t inner = std::max<int64_t>(0, ib - ia + 1);
+    const std::vector<RowShape> segs{{p.W, inner, p.H - inner, 1.0}};
+    with_cfg(pick_cfg(p.cin_g(), segs, Vec<A>::L), [&](auto cb, auto nv, auto nr) {
+      backward_impl<scalar_t, decltype(cb)::value, decltype(nv)::value, decltype(nr)::value>(
           p, grad_output, input, weight, need_gi, need_gw, gi, gw);
     });
   });

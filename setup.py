@@ -118,9 +118,23 @@ def torch_requirement():
 common_sources = ["csrc/ops.cpp", "csrc/glue.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
 cuda_sources = sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/cuda/*.cu"))
 # No -std flag: torch's BuildExtension adds the standard its own headers need
-# (c++17 up to torch 2.9, c++20 since; torch 2.14's c10 headers fail under c++17).
+# (c++17 up to torch 2.11, c++20 later; torch 2.14's c10 headers fail under c++17).
 cxx_flags = ["-O3"]
 include_dirs = [os.path.join(ROOT, "csrc")]
+
+
+def link_args():
+    """Link the C++ runtime as a shared library on Linux. Some toolchains
+    (e.g. a GCC built into /opt/gcc whose driver links libstdc++ statically)
+    would otherwise put a private copy of libstdc++ into _C.so: that copy's
+    locale is never initialised, so formatting a number into an error message
+    segfaults and exceptions meet two C++ runtimes. Naming the shared library
+    first makes the linker resolve every libstdc++ symbol from it; a static
+    archive the driver appends later then contributes nothing.
+    CONVT2D_STATIC_LIBSTDCXX_OK=1 skips this."""
+    if not sys.platform.startswith("linux") or os.environ.get("CONVT2D_STATIC_LIBSTDCXX_OK") == "1":
+        return []
+    return ["-Wl,--no-as-needed", "-l:libstdc++.so.6", "-Wl,--as-needed"]
 
 if cuda_home:
     print(f"convt2d: building with CUDA from {cuda_home}", file=sys.stderr)
@@ -143,6 +157,7 @@ if cuda_home:
         include_dirs=include_dirs + extra_inc,
         define_macros=[("CONVT2D_WITH_CUDA", "1")],
         extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+        extra_link_args=link_args(),
     )
 else:
     print("convt2d: no CUDA toolkit found (or CONVT2D_FORCE_CPU=1): building CPU-only",
@@ -152,6 +167,7 @@ else:
         common_sources,
         include_dirs=include_dirs,
         extra_compile_args={"cxx": cxx_flags},
+        extra_link_args=link_args(),
     )
 
 setup(

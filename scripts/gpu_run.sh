@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: build for sm_90, correctness sweep, tests, benchmark. Logs under $OUT.
-# usage: bash scripts/gpu_run.sh [check] [tests] [bench] [bench-args...]
+# usage: bash scripts/gpu_run.sh [check] [tests] [pytests] [ab] [bench]  (AB_ARGS, BENCH_ARGS: extra args)
 set -uo pipefail
 OUT=${OUT:-/tmp/convt2d-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -16,6 +16,8 @@ for step in "$@"; do
   case "$step" in
     check) timeout 300 python scripts/gpu_check.py 2>&1 | tee "$OUT/check.log" | grep -v "^$" | tail -25 ;;
     tests) timeout 400 python -m pytest -q -x -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+    ab) timeout 400 python scripts/ab.py ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" ;;
+    pytests) for f in tests/test_*.py; do echo "== $f"; timeout 300 python -m pytest -q -rf --tb=line -p no:cacheprovider "$f" 2>&1 | tail -4; done 2>&1 | tee "$OUT/pytests.log" ;;
     bench) shift_args=${BENCH_ARGS:-}; timeout 400 python -m convt2d.bench --outdir "$OUT" $shift_args 2>&1 | tee "$OUT/bench.log" | tail -45 ;;
   esac
 done

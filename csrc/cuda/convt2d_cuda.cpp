@@ -8,6 +8,9 @@
 #include "cuda/kernels.h"
 #include "glue.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace convt2d {
 namespace {
 
@@ -45,17 +48,84 @@ void check_launch(cudaError_t e, const char* what) {
   TORCH_CHECK(e == cudaSuccess, "convt2d: ", what, " launch failed: ", cudaGetErrorString(e));
 }
 
-bool use_tensor_cores(DType dt, MathMode m) {
-  if (dt == DType::kDouble || m == MathMode::kIEEE) return false;
-  auto* prop = at::cuda::getCurrentDeviceProperties();
-  return prop->major >= 8;
+// mma.sync / WMMA need compute capability 8.0 or newer.
+bool is_sm80_plus() { return at::cuda::getCurrentDeviceProperties()->major >= 8; }
+
+// Weight [G*Cig, Cog, kh, kw] permuted to [G][kh][kw][a][b] (contiguous).
+// The GEMM's B is [n][k] for the tensor-core v2 kernel (K-major) and [k][n]
+// for v1; forward has (k, n) = (Cig, Cog), grad_input (Cog, Cig).
+at::Tensor pack_weight(const at::Tensor& w, const Problem& p, bool dgrad, bool k_major) {
+  auto v = w.view({p.groups, p.cin_g(), p.cout_g(), p.kh, p.kw});  // [G][ci][co][ky][kx]
+  const bool ci_last = dgrad != k_major;  // forward K = ci; dgrad K = co
+  return ci_last ? v.permute({0, 3, 4, 2, 1}).contiguous() : v.permute({0, 3, 4, 1, 2}).contiguous();
 }
 
-// Weight [G*Kin, Kout, kh, kw] permuted to [G][kh][kw][a][b] (contiguous):
-// forward takes (a, b) = (Cig, Cog), grad_input (Cog, Cig).
-at::Tensor pack_weight(const at::Tensor& w, const Problem& p, bool dgrad) {
-  auto v = w.view({p.groups, p.cin_g(), p.cout_g(), p.kh, p.kw});
-  return dgrad ? v.permute({0, 3, 4, 2, 1}).contiguous() : v.permute({0, 3, 4, 1, 2}).contiguous();
+// The tensor-core kernels read their activation channels-last. torch's
+// generic copy moves an NCHW tensor at ~0.7 TB/s; a tiled transpose is ~3x faster.
+at::Tensor to_channels_last(const at::Tensor& t, cudaStream_t st) {
+  if (t.is_contiguous(at::MemoryFormat::ChannelsLast) || !t.is_contiguous() ||
+      t.size(0) > 65535 || t.size(1) > 65535 * 64)
+    return t.contiguous(at::MemoryFormat::ChannelsLast);
+  auto out = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::ChannelsLast));
+  check_launch(cuda::launch_nchw_to_nhwc(t.data_ptr(), out.data_ptr(), t.size(0), t.size(1),
+                                         t.size(2) * t.size(3), int(t.element_size()), st),
+               "channels-last copy");
+  return out;
+}
+
+// Kernel override for A/B timing: CONVT2D_KERNEL = tc | v1 | direct.
+const char* kernel_override() {
+  const char* e = std::getenv("CONVT2D_KERNEL");
+  return e ? e : "";
+}
+
+// One implicit GEMM (forward per phase, or grad_input): the tensor-core v2
+// kernel when the operands allow it (source read channels-last), else v1.
+void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& dst,
+               const at::Tensor& weight, const at::Tensor& bias, const Problem& p, DType dt,
+               MathMode math, cudaStream_t st) {
+  const bool sm80 = is_sm80_plus();
+  const bool fwd = mode == cuda::IgemmMode::kForward;
+  cuda::IgemmParams prm;
+  prm.p = p;
+  prm.mode = mode;
+  prm.dst = ref(dst);
+  prm.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  prm.Hs = fwd ? p.H : p.Ho; prm.Ws = fwd ? p.W : p.Wo;
+  prm.Hd = fwd ? p.Ho : p.H; prm.Wd = fwd ? p.Wo : p.W;
+  prm.Kc = fwd ? p.cin_g() : p.cout_g();
+  prm.Nc = fwd ? p.cout_g() : p.cin_g();
+  prm.phases_y = fwd ? p.sh : 1;
+  prm.phases_x = fwd ? p.sw : 1;
+  int64_t mq_y = 0, mq_x = 0;
+  if (fwd) {
+    for (int64_t r = 0; r < p.sh; ++r)
+      mq_y = std::max(mq_y, make_phase_dim(r, p.sh, p.ph, p.dh, p.kh, p.Ho).nq);
+    for (int64_t r = 0; r < p.sw; ++r)
+      mq_x = std::max(mq_x, make_phase_dim(r, p.sw, p.pw, p.dw, p.kw, p.Wo).nq);
+  } else {
+    mq_y = p.H; mq_x = p.W;
+  }
+  prm.max_m = p.N * mq_y * mq_x;
+
+  const bool want_v2 = sm80 && dt != DType::kDouble &&
+                       std::strcmp(kernel_override(), "v1") != 0;
+  if (want_v2) {
+    const at::Tensor s2 = to_channels_last(src, st);
+    const at::Tensor w2 = pack_weight(weight, p, !fwd, /*k_major=*/true);
+    prm.src = ref(s2);
+    prm.wpk = w2.data_ptr();
+    if (cuda::tc_igemm_supported(prm, dt)) {
+      check_launch(cuda::launch_tc_igemm(prm, dt, math, st), "tensor-core implicit GEMM");
+      return;
+    }
+  }
+  TORCH_CHECK(sm80 || dt == DType::kDouble || math == MathMode::kIEEE,
+              "convt2d: tensor-core kernels need compute capability 8.0 or newer");
+  const at::Tensor w1 = pack_weight(weight, p, !fwd, /*k_major=*/false);
+  prm.src = ref(src);
+  prm.wpk = w1.data_ptr();
+  check_launch(cuda::launch_igemm(prm, dt, math, st), "implicit GEMM");
 }
 
 at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
@@ -75,11 +145,13 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   if (bias.has_value() && bias->defined()) b = bias->contiguous();
   cudaStream_t st = at::cuda::getCurrentCUDAStream();
 
-  const bool tc = use_tensor_cores(dt, math);
   // Memory-bound shapes (few reduced channels per output, or few outputs per
   // group) go to the direct kernel; the rest are implicit GEMMs.
   const double k_per_output = double(p.cin_g() * p.kh * p.kw) / double(p.sh * p.sw);
-  const bool memory_bound = p.cout_g() < 32 || k_per_output < 64 || !tc;
+  const char* ko = kernel_override();
+  bool memory_bound = p.cout_g() < 32 || k_per_output < 64 || !is_sm80_plus();
+  if (std::strcmp(ko, "direct") == 0) memory_bound = true;
+  if (std::strcmp(ko, "tc") == 0 || std::strcmp(ko, "v1") == 0) memory_bound = false;
   if (memory_bound && cuda::direct_forward_fits(p, dt) && dt != DType::kDouble) {
     auto w = weight.contiguous();
     cuda::DirectParams prm;
@@ -91,26 +163,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     check_launch(cuda::launch_direct_forward(prm, dt, st), "direct forward");
     return out;
   }
-  TORCH_CHECK(tc || dt == DType::kDouble || math == MathMode::kIEEE,
-              "convt2d: tensor-core kernels need compute capability 8.0 or newer");
-  auto wpk = pack_weight(weight, p, /*dgrad=*/false);
-  cuda::IgemmParams prm;
-  prm.p = p;
-  prm.mode = cuda::IgemmMode::kForward;
-  prm.src = ref(input);
-  prm.dst = ref(out);
-  prm.wpk = wpk.data_ptr();
-  prm.bias = b.defined() ? b.data_ptr() : nullptr;
-  prm.Hs = p.H; prm.Ws = p.W; prm.Hd = p.Ho; prm.Wd = p.Wo;
-  prm.Kc = p.cin_g(); prm.Nc = p.cout_g();
-  prm.phases_y = p.sh; prm.phases_x = p.sw;
-  int64_t mq_y = 0, mq_x = 0;
-  for (int64_t r = 0; r < p.sh; ++r)
-    mq_y = std::max(mq_y, make_phase_dim(r, p.sh, p.ph, p.dh, p.kh, p.Ho).nq);
-  for (int64_t r = 0; r < p.sw; ++r)
-    mq_x = std::max(mq_x, make_phase_dim(r, p.sw, p.pw, p.dw, p.kw, p.Wo).nq);
-  prm.max_m = p.N * mq_y * mq_x;
-  check_launch(cuda::launch_igemm(prm, dt, math, st), "implicit-GEMM forward");
+  run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st);
   return out;
 }
 
@@ -132,18 +185,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     gi = at::empty(input.sizes(),
                    input.options().memory_format(suggest_memory_format(input, weight)));
     if (gi.numel() > 0) {
-      auto wpk = pack_weight(weight, p, /*dgrad=*/true);
-      cuda::IgemmParams prm;
-      prm.p = p;
-      prm.mode = cuda::IgemmMode::kDgrad;
-      prm.src = ref(grad_output);
-      prm.dst = ref(gi);
-      prm.wpk = wpk.data_ptr();
-      prm.Hs = p.Ho; prm.Ws = p.Wo; prm.Hd = p.H; prm.Wd = p.W;
-      prm.Kc = p.cout_g(); prm.Nc = p.cin_g();
-      prm.phases_y = 1; prm.phases_x = 1;
-      prm.max_m = p.N * p.H * p.W;
-      check_launch(cuda::launch_igemm(prm, dt, math, st), "grad_input");
+      run_igemm(cuda::IgemmMode::kDgrad, grad_output, gi, weight, at::Tensor(), p, dt, math, st);
     }
   }
   if (output_mask[1]) {

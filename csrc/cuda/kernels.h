@@ -68,8 +68,16 @@ struct DirectParams {
 
 // Launchers: return cudaSuccess or the launch error.
 cudaError_t launch_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
+// Tensor-core v2 (tc_igemm.cu): src read channels-last (src.sc == 1), wpk
+// packed K-major [G][kh][kw][Nc][Kc]; fp32 in MathMode::kIEEE runs as 3xTF32.
+bool tc_igemm_supported(const IgemmParams& prm, DType dt);
+cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
 cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
+
+// Contiguous NCHW -> contiguous NHWC (channels-last) copy (layout.cu).
+cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,
+                                int elem_bytes, cudaStream_t st);
 
 // Heuristics the glue asks before launching.
 bool direct_forward_fits(const Problem& p, DType dt);  // shared-memory budget

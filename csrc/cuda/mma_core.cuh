@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 #include <type_traits>
+#include "cuda/kernels.h"
 
 namespace convt2d {
 namespace cuda {
@@ -179,6 +180,23 @@ template <class Tr> struct BlockMma<Tr, false> {
 struct Geo {
   int64_t om, oa, im, ia, it, nq, k0, ks, ntap;
 };
+
+// Geometry of phase r of one dimension (forward), or of the dgrad conv.
+__device__ __forceinline__ Geo make_geo(IgemmMode mode, int64_t r, int64_t s, int64_t pad,
+                                        int64_t d, int64_t k, int64_t dst_size) {
+  Geo g;
+  if (mode == IgemmMode::kForward) {
+    PhaseDim pd = make_phase_dim(r, s, pad, d, k, dst_size);
+    g.om = s; g.oa = pd.q0 * s + r - pad; g.nq = pd.nq;
+    g.im = 1; g.ia = pd.q0 - pd.koff0; g.it = -pd.koff_step;
+    g.k0 = pd.k0; g.ks = pd.kstep; g.ntap = pd.ntap;
+  } else {  // grad_input[i] += grad_out[i*s - pad + j*d] * w[j]
+    g.om = 1; g.oa = 0; g.nq = dst_size;
+    g.im = s; g.ia = -pad; g.it = d;
+    g.k0 = 0; g.ks = 1; g.ntap = k;
+  }
+  return g;
+}
 
 }  // namespace cuda
 }  // namespace convt2d

@@ -1,0 +1,533 @@
+// Tensor-core implicit GEMM (v2): mma.sync on K-major operands, cp.async
+// multi-stage pipeline into XOR-swizzled shared memory, ldmatrix fragments,
+// C tile staged through shared memory for coalesced NCHW or NHWC stores.
+//
+// Mapping (kernels.h, IgemmParams): one GEMM per stride phase and group.
+//   A[m][k]: m = output pixel of the phase, k = (tap, channel); the source is
+//            read channels-last (src.sc == 1), so a 16-byte chunk of A is 8
+//            (16-bit) or 4 (fp32) consecutive channels of one source pixel.
+//   B[n][k]: weight packed [G][kh][kw][Nc][Kc] (K contiguous).
+// Every row of a shared-memory tile is 64 bytes of K (BK = 32 16-bit or 16
+// fp32 elements) = 4 chunks; chunk c of row r lives at chunk c ^ ((r>>1)&3),
+// which makes both the cp.async stores and the ldmatrix reads conflict-free.
+// The fragment addressing is the same for bf16/fp16 (m16n8k16) and tf32
+// (m16n8k8): a k-step is 32 bytes = 2 chunks in both cases.
+#include "cuda/kernels.h"
+#include "cuda/mma_core.cuh"
+#include "common/static_switch.h"
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+
+namespace convt2d {
+namespace cuda {
+namespace {
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ uint32_t to_tf32(uint32_t x) {
+  uint32_t y;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(y) : "f"(__uint_as_float(x)));
+  return y;
+}
+
+// x -> (big, small), both tf32, x ~= big + small (3xTF32).
+__device__ __forceinline__ void split_tf32(uint32_t& x, uint32_t& small) {
+  const uint32_t big = to_tf32(x);
+  small = to_tf32(__float_as_uint(__uint_as_float(x) - __uint_as_float(big)));
+  x = big;
+}
+
+// D += A * B for one m16n8 tile and one 32-byte k-step.
+template <typename T> struct Mma;
+template <> struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+template <> struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+template <> struct Mma<float> {  // tf32 operands (already rounded)
+  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+
+// Tile shape, K-row width and pipeline depth. kSplit (fp32 only): 3xTF32,
+// a = big + small with both halves tf32, D += As*Bb + Ab*Bs + Ab*Bb.
+//   BKB: bytes of K per tile row (64 or 128) = CH 16-byte chunks = KS k-steps
+//        of 32 bytes (one mma k16 for 16-bit types, one k8 for tf32).
+//   Loader: each thread owns CPT consecutive chunks of one row (A) so the
+//        bounds test and address are computed once per row per stage.
+template <typename T_, int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int BKB_,
+          bool kSplit_, int kMinBlocks_>
+struct TcTraits {
+  using T = T_;
+  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+  static constexpr int STAGES = STAGES_, BKB = BKB_;
+  static constexpr bool kSplit = kSplit_;
+  static constexpr int kMinBlocks = kMinBlocks_;  // __launch_bounds__ residency target
+  static constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  static constexpr int E = 16 / int(sizeof(T));  // elements per 16-byte chunk
+  static constexpr int CH = BKB / 16;            // chunks per tile row
+  static constexpr int KS = BKB / 32;            // mma k-steps per stage
+  static constexpr int BK = BKB / int(sizeof(T));
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
+  static constexpr int MI = WM / 16, NI = WN / 8;
+  static constexpr int TPR_A = kThreads / BM;    // threads per A row
+  static constexpr int CPT_A = CH / TPR_A;       // chunks per thread (A)
+  static constexpr int CPT_B = BN * CH >= kThreads ? BN * CH / kThreads : 1;
+  static constexpr int TPR_B = CH / CPT_B;       // threads per B row
+  static constexpr int B_THREADS = BN * TPR_B;   // threads that load B
+  static constexpr int kStageBytes = (BM + BN) * BKB;
+  static constexpr int kPipeBytes = STAGES * kStageBytes;
+  static constexpr int LDC_M = BM + 4;  // C staged [n][m] (NCHW stores)
+  static constexpr int LDC_N = BN + 4;  // C staged [m][n] (channels-last stores)
+  static constexpr int kCBytes = (BN * LDC_M > BM * LDC_N ? BN * LDC_M : BM * LDC_N) * 4;
+  static constexpr int kRowTableOff = kPipeBytes > kCBytes ? kPipeBytes : kCBytes;
+  static constexpr int kSmemBytes = kRowTableOff + BM * 8;
+  static_assert(BKB == 64 || BKB == 128, "K row width");
+  static_assert(MI >= 1 && NI % 2 == 0, "warp tile");
+  static_assert(kThreads % BM == 0 && CPT_A >= 1 && CH % TPR_A == 0, "A loader");
+  static_assert(B_THREADS <= kThreads && (BN * CH) % CPT_B == 0, "B loader");
+  static_assert(!kSplit || sizeof(T) == 4, "3xTF32 is for fp32");
+};
+
+// Byte offset of chunk c of row r in a tile whose rows are CH chunks: XOR
+// swizzle so that 8 consecutive rows at one logical chunk hit 8 distinct
+// 16-byte bank groups (ldmatrix and cp.async conflict-free).
+template <int CH>
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  if constexpr (CH == 8) return uint32_t(row * 128 + ((chunk ^ (row & 7)) << 4));
+  else return uint32_t(row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4));
+}
+
+template <class Tr, bool kChanOut>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(const IgemmParams prm) {
+  using T = typename Tr::T;
+  constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, NT = Tr::kThreads;
+  constexpr int S = Tr::STAGES, MI = Tr::MI, NI = Tr::NI, CH = Tr::CH, BKB = Tr::BKB;
+  constexpr bool kTF32 = sizeof(T) == 4;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+
+  const Problem& p = prm.p;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  // Block -> (n tile, phase x group, m tile); the phases of one pixel region
+  // are neighbours in launch order, so their interleaved stores meet in L2.
+  const int64_t n_tiles = (prm.Nc + BN - 1) / BN;
+  const int64_t Z = prm.phases_y * prm.phases_x * p.groups;
+  int64_t bid = blockIdx.x;
+  const int64_t ntile = bid % n_tiles;
+  bid /= n_tiles;
+  const int64_t z = bid % Z;
+  const int64_t mtile = bid / Z;
+  const int64_t g = z % p.groups, phase = z / p.groups;
+  const int64_t ry = phase / prm.phases_x, rx = phase % prm.phases_x;
+  // Per-dimension numbers the main loop needs, as 32-bit values (the 64-bit
+  // Geo is rebuilt for the epilogue rather than kept live in registers).
+  int64_t pix, nqx;
+  int it_y, it_x, k0y, k0x, ksy, ksx, ntap_y, ntap_x, im_y, im_x, ia_y, ia_x;
+  {
+    const Geo gy = make_geo(prm.mode, ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
+    const Geo gx = make_geo(prm.mode, rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+    pix = gy.nq * gx.nq; nqx = gx.nq;
+    it_y = int(gy.it); it_x = int(gx.it); k0y = int(gy.k0); k0x = int(gx.k0);
+    ksy = int(gy.ks); ksx = int(gx.ks); ntap_y = int(gy.ntap); ntap_x = int(gx.ntap);
+    im_y = int(gy.im); im_x = int(gx.im); ia_y = int(gy.ia); ia_x = int(gx.ia);
+  }
+  const int64_t M = p.N * pix;
+  const int64_t m0 = mtile * BM, n0 = ntile * BN;
+  if (m0 >= M) return;
+
+  const T* __restrict__ src = static_cast<const T*>(prm.src.ptr);
+  const T* __restrict__ wpk = static_cast<const T*>(prm.wpk);
+  const int Kc = int(prm.Kc), Nc = int(prm.Nc);
+  const int Hs = int(prm.Hs), Ws = int(prm.Ws);
+
+  // ---- A loader: row tid / TPR_A, chunks [lc, lc + CPT_A) ------------------------
+  // The row's tap-0 source offset and pixel; per tap the offset delta is the
+  // same for every row, so a stage costs one bounds test and one address per
+  // row, and CPT_A cp.async with immediate offsets.
+  constexpr int CPT_A = Tr::CPT_A, CPT_B = Tr::CPT_B;
+  const int a_r = tid / Tr::TPR_A;
+  const int lc = (tid % Tr::TPR_A) * CPT_A;
+  int64_t a_off = 0;
+  int a_iy = -(1 << 30), a_ix = 0;  // invalid row: fails every bounds test
+  {
+    const int64_t mg = m0 + a_r;
+    if (mg < M) {
+      const int64_t n = mg / pix, rem = mg - n * pix;
+      const int64_t qy = rem / nqx, qx = rem - qy * nqx;
+      a_iy = int(qy) * im_y + ia_y;
+      a_ix = int(qx) * im_x + ia_x;
+      a_off = n * prm.src.sn + g * prm.Kc + lc * E + int64_t(a_iy) * prm.src.sh +
+              int64_t(a_ix) * prm.src.sw;
+    }
+  }
+  // ---- B loader: row tid / TPR_B (threads < B_THREADS), CPT_B chunks --------------
+  const int64_t tap_stride = int64_t(Nc) * Kc;
+  const int b_r = tid / Tr::TPR_B, b_lc = (tid % Tr::TPR_B) * CPT_B;
+  const bool b_row_ok = tid < Tr::B_THREADS && n0 + b_r < Nc;
+  const T* b_ptr = wpk + g * p.kh * p.kw * tap_stride + (b_row_ok ? (n0 + b_r) * Kc : 0) + b_lc * E;
+
+  const int kc_tiles = (Kc + BK - 1) / BK;
+  const int iters = ntap_y * ntap_x * kc_tiles;
+  const uint32_t uHs = uint32_t(Hs), uWs = uint32_t(Ws);
+  const int64_t ssh = prm.src.sh, ssw = prm.src.sw, kw = p.kw;
+  const uint32_t a_dst = swz<CH>(a_r, 0), b_dst = swz<CH>(b_r, 0);
+
+  // Loader position (runs S-1 tiles ahead of the math), updated incrementally.
+  int l_jy = 0, l_jx = 0, l_ct = 0, l_dy = 0, l_dx = 0;
+  int64_t l_delta = 0;                                      // source offset of the tap
+  int64_t l_btap = (int64_t(k0y) * kw + k0x) * tap_stride;  // weight offset of the tap
+  auto load_tile = [&](int stage) {
+    const uint32_t sa = sbase + stage * Tr::kStageBytes;
+    const uint32_t sb = sa + BM * BKB;
+    const int c0 = l_ct * BK + lc * E;  // first channel of this thread's A chunks
+    const bool row_ok = uint32_t(a_iy + l_dy) < uHs && uint32_t(a_ix + l_dx) < uWs;
+    const T* ga = src + (a_off + l_delta + l_ct * BK);
+#pragma unroll
+    for (int c = 0; c < CPT_A; ++c) {
+      const bool ok = row_ok && c0 + c * E < Kc;
+      // chunk lc+c of row a_r: swizzle XOR is per row, so recompute the column
+      const uint32_t d = sa + (a_dst & ~uint32_t(CH * 16 - 1)) +
+                         uint32_t((((lc + c) ^ ((a_dst >> 4) & (CH - 1)))) << 4);
+      cp_async16(d, ok ? ga + c * E : src, ok ? 16 : 0);
+    }
+    if (tid < Tr::B_THREADS) {
+      const int cb = l_ct * BK + b_lc * E;
+      const T* gb = b_ptr + (l_btap + l_ct * BK);
+#pragma unroll
+      for (int c = 0; c < CPT_B; ++c) {
+        const bool ok = b_row_ok && cb + c * E < Kc;
+        const uint32_t d = sb + (b_dst & ~uint32_t(CH * 16 - 1)) +
+                           uint32_t((((b_lc + c) ^ ((b_dst >> 4) & (CH - 1)))) << 4);
+        cp_async16(d, ok ? gb + c * E : wpk, ok ? 16 : 0);
+      }
+    }
+    if (++l_ct == kc_tiles) {
+      l_ct = 0;
+      if (++l_jx == ntap_x) {
+        l_jx = 0; l_dx = 0; ++l_jy; l_dy += it_y;
+        l_delta = int64_t(l_dy) * ssh;
+        l_btap = (int64_t(k0y + l_jy * ksy) * kw + k0x) * tap_stride;
+      } else {
+        l_dx += it_x;
+        l_delta += int64_t(it_x) * ssw;
+        l_btap += int64_t(ksx) * tap_stride;
+      }
+    }
+  };
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int t = 0; t < 4; ++t) acc[i][j][t] = 0.f;
+
+  const int wm = warp % Tr::WARPS_M, wn = warp / Tr::WARPS_M;
+  // ldmatrix addresses within a stage, per k-step: A rows (lane & 15), chunk
+  // 2*ks + (lane >> 4); B rows (lane & 7) + 8*(lane >> 4), chunk 2*ks +
+  // ((lane >> 3) & 1). Adding 16 rows keeps the swizzle, so +i*16 rows is an
+  // immediate offset.
+  uint32_t a_lds[Tr::KS], b_lds[Tr::KS];
+  {
+    const int ar = wm * Tr::WM + (lane & 15), br = wn * Tr::WN + (lane & 7) + ((lane >> 4) << 3);
+#pragma unroll
+    for (int ks = 0; ks < Tr::KS; ++ks) {
+      a_lds[ks] = swz<CH>(ar, 2 * ks + (lane >> 4));
+      b_lds[ks] = uint32_t(BM * BKB) + swz<CH>(br, 2 * ks + ((lane >> 3) & 1));
+    }
+  }
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < iters) load_tile(s);
+    cp_async_commit();
+  }
+  int rd_stage = 0, wr_stage = S - 1;
+  for (int it = 0; it < iters; ++it) {
+    cp_async_wait<S - 2>();
+    __syncthreads();
+    if (it + S - 1 < iters) load_tile(wr_stage);
+    cp_async_commit();
+    wr_stage = wr_stage == S - 1 ? 0 : wr_stage + 1;
+    const uint32_t sa = sbase + rd_stage * Tr::kStageBytes;
+    rd_stage = rd_stage == S - 1 ? 0 : rd_stage + 1;
+    // 3xTF32 sums each k-tile in a fresh accumulator and adds it to the total
+    // with IEEE fp32 adds: the tensor core's own accumulation then only spans
+    // 16 products, which keeps the result at fp32 accuracy.
+    float part[MI][NI][4];  // unused (and optimised away) unless kSplit
+    float(&tgt)[MI][NI][4] = *(Tr::kSplit ? &part : &acc);
+    if constexpr (Tr::kSplit) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int t = 0; t < 4; ++t) part[i][j][t] = 0.f;
+    }
+#pragma unroll
+    for (int ks = 0; ks < Tr::KS; ++ks) {
+      uint32_t af[MI][4], bfr[NI][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], sa + a_lds[ks] + i * 16 * BKB);
+#pragma unroll
+      for (int j = 0; j < NI / 2; ++j) {
+        uint32_t r[4];
+        ldmatrix_x4(r, sa + b_lds[ks] + j * 16 * BKB);
+        bfr[2 * j][0] = r[0]; bfr[2 * j][1] = r[1];
+        bfr[2 * j + 1][0] = r[2]; bfr[2 * j + 1][1] = r[3];
+      }
+      if constexpr (Tr::kSplit) {
+        uint32_t as[MI][4], bs[NI][2];
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int t = 0; t < 4; ++t) split_tf32(af[i][t], as[i][t]);
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int t = 0; t < 2; ++t) split_tf32(bfr[j][t], bs[j][t]);
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NI; ++j) {
+            Mma<T>::run(tgt[i][j], as[i], bfr[j]);
+            Mma<T>::run(tgt[i][j], af[i], bs[j]);
+          }
+      } else if constexpr (kTF32) {
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int t = 0; t < 4; ++t) af[i][t] = to_tf32(af[i][t]);
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int t = 0; t < 2; ++t) bfr[j][t] = to_tf32(bfr[j][t]);
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) Mma<T>::run(tgt[i][j], af[i], bfr[j]);
+    }
+    if constexpr (Tr::kSplit) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int t = 0; t < 4; ++t) acc[i][j][t] += part[i][j][t];
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // ---- epilogue ----------------------------------------------------------------
+  float* sC = reinterpret_cast<float*>(smem);
+  int64_t* sRow = reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff);
+  const Geo gy = make_geo(prm.mode, ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
+  const Geo gx = make_geo(prm.mode, rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+  const int64_t gx_om = gx.om;
+  for (int r = tid; r < BM; r += NT) {
+    const int64_t mg = m0 + r;
+    int64_t off = -1;
+    if (mg < M) {
+      const int64_t n = mg / pix, rem = mg - n * pix;
+      const int64_t qy = rem / gx.nq, qx = rem - qy * gx.nq;
+      off = n * prm.dst.sn + (qy * gy.om + gy.oa) * prm.dst.sh + (qx * gx.om + gx.oa) * prm.dst.sw +
+            g * prm.Nc * prm.dst.sc;
+    }
+    sRow[r] = off;
+  }
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int m = wm * Tr::WM + i * 16 + (lane >> 2);
+      const int n = wn * Tr::WN + j * 8 + 2 * (lane & 3);
+      if constexpr (kChanOut) {
+        sC[m * Tr::LDC_N + n] = acc[i][j][0];
+        sC[m * Tr::LDC_N + n + 1] = acc[i][j][1];
+        sC[(m + 8) * Tr::LDC_N + n] = acc[i][j][2];
+        sC[(m + 8) * Tr::LDC_N + n + 1] = acc[i][j][3];
+      } else {
+        sC[n * Tr::LDC_M + m] = acc[i][j][0];
+        sC[(n + 1) * Tr::LDC_M + m] = acc[i][j][1];
+        sC[n * Tr::LDC_M + m + 8] = acc[i][j][2];
+        sC[(n + 1) * Tr::LDC_M + m + 8] = acc[i][j][3];
+      }
+    }
+  __syncthreads();
+  const T* bias = static_cast<const T*>(prm.bias);
+  T* dst = static_cast<T*>(prm.dst.ptr);
+  const int64_t dsc = prm.dst.sc;
+  const int nvalid = Nc - int(n0) < BN ? Nc - int(n0) : BN;
+  const T* bias_g = bias ? bias + g * prm.Nc + n0 : nullptr;
+  using Vec = uint4;  // E elements of T
+  if constexpr (kChanOut) {
+    // E consecutive channels per thread: one 16-byte store when aligned.
+    constexpr int GN = BN / E;  // vector groups per row
+    for (int idx = tid; idx < BM * GN; idx += NT) {
+      const int m = idx / GN, n = (idx % GN) * E;
+      const int64_t off = sRow[m];
+      if (off < 0 || n >= nvalid) continue;
+      const float* c = sC + m * Tr::LDC_N + n;
+      T* d = dst + off + (n0 + n);
+      if (n + E <= nvalid && (reinterpret_cast<uintptr_t>(d) & 15) == 0) {
+        union { Vec v; T e[E]; } u;
+#pragma unroll
+        for (int t = 0; t < E; ++t)
+          u.e[t] = Cvt<T>::from_acc(c[t] + (bias_g ? Cvt<T>::to_acc(bias_g[n + t]) : 0.f));
+        *reinterpret_cast<Vec*>(d) = u.v;
+      } else {
+        for (int t = 0; t < E && n + t < nvalid; ++t)
+          d[t] = Cvt<T>::from_acc(c[t] + (bias_g ? Cvt<T>::to_acc(bias_g[n + t]) : 0.f));
+      }
+    }
+  } else if (gx_om == 1) {
+    // Phase pixels consecutive along the output row: two per thread (a 4- or
+    // 8-byte store when they are adjacent in memory and aligned), so a warp
+    // writes 64 consecutive pixels of one channel.
+    using Pair = typename std::conditional<sizeof(T) == 4, uint2, uint32_t>::type;
+    constexpr int GM = BM / 2;
+    for (int idx = tid; idx < GM * BN; idx += NT) {
+      const int m = (idx % GM) * 2, n = idx / GM;
+      if (n >= nvalid) break;  // n only grows with idx
+      const int64_t o0 = sRow[m], o1 = sRow[m + 1];
+      const float* c = sC + n * Tr::LDC_M + m;
+      const float bv = bias_g ? Cvt<T>::to_acc(bias_g[n]) : 0.f;
+      const int64_t co = (n0 + n) * dsc;
+      T* d = dst + o0 + co;
+      if (o0 >= 0 && o1 == o0 + 1 && (reinterpret_cast<uintptr_t>(d) % sizeof(Pair)) == 0) {
+        union { Pair v; T e[2]; } u;
+        u.e[0] = Cvt<T>::from_acc(c[0] + bv);
+        u.e[1] = Cvt<T>::from_acc(c[1] + bv);
+        *reinterpret_cast<Pair*>(d) = u.v;
+      } else {
+        if (o0 >= 0) dst[o0 + co] = Cvt<T>::from_acc(c[0] + bv);
+        if (o1 >= 0) dst[o1 + co] = Cvt<T>::from_acc(c[1] + bv);
+      }
+    }
+  } else {
+    // Strided phase pixels: one per thread, m fastest.
+    for (int idx = tid; idx < BM * BN; idx += NT) {
+      const int m = idx % BM, n = idx / BM;
+      if (n >= nvalid) break;
+      const int64_t off = sRow[m];
+      if (off < 0) continue;
+      const float bv = bias_g ? Cvt<T>::to_acc(bias_g[n]) : 0.f;
+      dst[off + (n0 + n) * dsc] = Cvt<T>::from_acc(sC[n * Tr::LDC_M + m] + bv);
+    }
+  }
+}
+
+template <class Tr>
+cudaError_t run_tc(const IgemmParams& prm, cudaStream_t st) {
+  const int64_t mt = (prm.max_m + Tr::BM - 1) / Tr::BM;
+  const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
+  const int64_t z = prm.phases_y * prm.phases_x * prm.p.groups;
+  const int64_t blocks = mt * nt * z;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  const bool chan_out = prm.dst.sc == 1;
+  return BOOL_SWITCH(chan_out, kChan, [&] {
+    auto kern = tc_igemm_kernel<Tr, kChan>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Tr::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
+    return cudaGetLastError();
+  });
+}
+
+// Tile choice by the GEMM's N and K row width by the channels per group.
+// CONVT2D_TC_TILE (bf16 only, for A/B timing): 128x128x1 | 128x128x2 |
+// 128x64 | 64x128 (BMxBN, x = min blocks per SM).
+template <typename T, bool kSplit, int BKB>
+cudaError_t run_tc_bn(const IgemmParams& prm, cudaStream_t st) {
+  constexpr int S = BKB == 128 ? 3 : 4;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const char* e = std::getenv("CONVT2D_TC_TILE");
+    const std::string v = e ? e : "";
+    if (v == "128x128x1") return run_tc<TcTraits<T, 128, 128, 2, 4, S, BKB, false, 1>>(prm, st);
+    if (v == "128x64") return run_tc<TcTraits<T, 128, 64, 4, 2, S, BKB, false, 2>>(prm, st);
+    if (v == "64x128") return run_tc<TcTraits<T, 64, 128, 2, 4, S, BKB, false, 2>>(prm, st);
+  }
+  // 3xTF32 (split operands, per-tile partial sums) needs more than 128
+  // registers: one block per SM.
+  constexpr int kMB = kSplit ? 1 : 2;
+  if (prm.Nc <= 32) return run_tc<TcTraits<T, 128, 32, 8, 1, S, BKB, kSplit, kMB>>(prm, st);
+  if constexpr (kSplit) {
+    return run_tc<TcTraits<T, 128, 64, 4, 2, S, BKB, kSplit, kMB>>(prm, st);
+  } else {
+    if (prm.Nc <= 64) return run_tc<TcTraits<T, 128, 64, 4, 2, S, BKB, false, 2>>(prm, st);
+    return run_tc<TcTraits<T, 128, 128, 2, 4, S, BKB, false, 2>>(prm, st);
+  }
+}
+
+template <typename T, bool kSplit>
+cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
+  if (prm.Kc * int64_t(sizeof(T)) >= 128) return run_tc_bn<T, kSplit, 128>(prm, st);
+  return run_tc_bn<T, kSplit, 64>(prm, st);
+}
+
+}  // namespace
+
+bool tc_igemm_supported(const IgemmParams& prm, DType dt) {
+  if (dt == DType::kDouble) return false;
+  const int64_t E = dt == DType::kFloat ? 4 : 8;
+  const auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
+  const int64_t big = int64_t(1) << 30;
+  return prm.src.sc == 1 && prm.Kc % E == 0 && prm.src.sn % E == 0 && prm.src.sh % E == 0 &&
+         prm.src.sw % E == 0 && aligned(prm.src.ptr) && aligned(prm.wpk) && prm.Hs < big &&
+         prm.Ws < big && prm.Hd < big && prm.Wd < big && prm.Kc * prm.Nc < big;
+}
+
+cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st) {
+  switch (dt) {
+    case DType::kHalf: return run_tc_k<__half, false>(prm, st);
+    case DType::kBFloat16: return run_tc_k<__nv_bfloat16, false>(prm, st);
+    case DType::kFloat:
+      if (math == MathMode::kIEEE) return run_tc_k<float, true>(prm, st);
+      return run_tc_k<float, false>(prm, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace cuda
+}  // namespace convt2d

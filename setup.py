@@ -4,7 +4,8 @@ CUDAExtension when a CUDA toolkit is found, CppExtension (CPU only) otherwise.
 Environment:
   CUDA_HOME               toolkit root (found automatically when unset)
   CONVT2D_FORCE_CPU=1     build the CPU-only module even if a toolkit exists
-  TORCH_CUDA_ARCH_LIST    GPU targets, e.g. "9.0" or "8.0;8.6;8.9;9.0+PTX"
+  TORCH_CUDA_ARCH_LIST    GPU targets, e.g. "9.0a" or "8.0;8.6;8.9;9.0a" ("9.0a" adds the
+                          Hopper wgmma kernels; "9.0" builds only the portable ones)
   MAX_JOBS                parallel compile jobs
   CONVT2D_LOCAL_VERSION   PEP 440 local version label, e.g. "cu128" -> version 0.1.0+cu128
                           (scripts/build_wheel.sh and the wheels workflow set it)
@@ -151,11 +152,21 @@ if cuda_home:
         "-U__CUDA_NO_BFLOAT16_OPERATORS__",
         "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
     ]
+    macros = [("CONVT2D_WITH_CUDA", "1")]
+    # Hopper wgmma kernels need the arch-specific target sm_90a
+    # (TORCH_CUDA_ARCH_LIST="9.0a", alone or with others); plain "9.0" builds
+    # run the portable mma.sync kernels on Hopper too.
+    # A plain sm_90 cubin next to sm_90a would leave it to the driver which of
+    # the two an H100 loads, so the wgmma kernels are built only without one.
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(" ", ";").split(";")
+    if "9.0a" in archs and not {"9.0", "9.0+PTX"} & set(archs):
+        macros.append(("CONVT2D_WGMMA", "1"))
+        print("convt2d: sm_90a in TORCH_CUDA_ARCH_LIST: building the wgmma kernels", file=sys.stderr)
     ext = CUDAExtension(
         "convt2d._C",
         common_sources + cuda_sources,
         include_dirs=include_dirs + extra_inc,
-        define_macros=[("CONVT2D_WITH_CUDA", "1")],
+        define_macros=macros,
         extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
         extra_link_args=link_args(),
     )

@@ -7,7 +7,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/env.txt"
 python -c "import torch;print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" | tee -a "$OUT/env.txt"
 t0=$(date +%s)
-if ! MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0 python setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
+if ! MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=${ARCH:-9.0a} python setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
   grep -E "error" "$OUT/build.log" | head -30; tail -30 "$OUT/build.log"; exit 1
 fi
 echo "build: $(( $(date +%s) - t0 )) s"

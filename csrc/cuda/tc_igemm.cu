@@ -14,6 +14,7 @@
 // (m16n8k8): a k-step is 32 bytes = 2 chunks in both cases.
 #include "cuda/kernels.h"
 #include "cuda/mma_core.cuh"
+#include "cuda/wgmma.cuh"
 #include "common/static_switch.h"
 #include <cstdint>
 #include <cstdlib>
@@ -91,8 +92,13 @@ template <> struct Mma<float> {  // tf32 operands (already rounded)
 //   Loader: each thread owns CPT consecutive chunks of one row (A) so the
 //        bounds test and address are computed once per row per stage.
 template <typename T_, int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, int BKB_,
-          bool kSplit_, int kMinBlocks_>
+          bool kSplit_, int kMinBlocks_, bool kWgmma_ = false>
 struct TcTraits {
+  // kWgmma (sm_90a): each warpgroup runs wgmma on its 64 rows straight from
+  // the swizzled tiles (no ldmatrix); needs 8 warps as 8x1 (the wgmma
+  // accumulator layout is then the 16-row-per-warp mma.sync layout) and
+  // 128-byte rows (the 128-byte swizzle atom).
+  static constexpr bool kWgmma = kWgmma_;
   using T = T_;
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
   static constexpr int STAGES = STAGES_, BKB = BKB_;
@@ -116,7 +122,9 @@ struct TcTraits {
   static constexpr int LDC_N = BN + 4;  // C staged [m][n] (channels-last stores)
   static constexpr int kCBytes = (BN * LDC_M > BM * LDC_N ? BN * LDC_M : BM * LDC_N) * 4;
   static constexpr int kRowTableOff = kPipeBytes > kCBytes ? kPipeBytes : kCBytes;
-  static constexpr int kSmemBytes = kRowTableOff + BM * 8;
+  static constexpr int kSmemBytes = kRowTableOff + BM * 8 + 1024;  // + alignment slack
+  static_assert(!kWgmma || (BKB == 128 && WARPS_M == 8 && WARPS_N == 1 && BM == 128 && !kSplit),
+                "wgmma tile");
   static_assert(BKB == 64 || BKB == 128, "K row width");
   static_assert(MI >= 1 && NI % 2 == 0, "warp tile");
   static_assert(kThreads % BM == 0 && CPT_A >= 1 && CH % TPR_A == 0, "A loader");
@@ -127,6 +135,14 @@ struct TcTraits {
 // Byte offset of chunk c of row r in a tile whose rows are CH chunks: XOR
 // swizzle so that 8 consecutive rows at one logical chunk hit 8 distinct
 // 16-byte bank groups (ldmatrix and cp.async conflict-free).
+// wgmma shared-memory descriptor of a K-major tile with 128-byte rows in the
+// 128-byte swizzle: start address, leading offset unused (1), stride between
+// 8-row groups 1024 bytes, swizzle mode 1 (128 B).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
+  return uint64_t((saddr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
 template <int CH>
 __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   if constexpr (CH == 8) return uint32_t(row * 128 + ((chunk ^ (row & 7)) << 4));
@@ -139,8 +155,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, NT = Tr::kThreads;
   constexpr int S = Tr::STAGES, MI = Tr::MI, NI = Tr::NI, CH = Tr::CH, BKB = Tr::BKB;
   constexpr bool kTF32 = sizeof(T) == 4;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // Tiles start on a 1024-byte boundary: the 128-byte swizzle repeats every
+  // 8 rows (1024 bytes), and wgmma's descriptors assume that alignment.
+  const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sbase = (sraw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (sbase - sraw);
 
   const Problem& p = prm.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -283,6 +303,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
   int rd_stage = 0, wr_stage = S - 1;
   for (int it = 0; it < iters; ++it) {
     cp_async_wait<S - 2>();
+    // cp.async wrote through the generic proxy; wgmma reads through the async one.
+    if constexpr (Tr::kWgmma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     if (it + S - 1 < iters) load_tile(wr_stage);
     cp_async_commit();
@@ -292,6 +314,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
     // 3xTF32 sums each k-tile in a fresh accumulator and adds it to the total
     // with IEEE fp32 adds: the tensor core's own accumulation then only spans
     // 16 products, which keeps the result at fp32 accuracy.
+    if constexpr (Tr::kWgmma) {
+      // Warpgroup wg: rows [64wg, 64wg+64) of A, all BN rows of B; a k-step
+      // advances both descriptors by 32 bytes inside the swizzle atom.
+      const uint32_t a_tile = sa + (warp / 4) * 64 * BKB, b_tile = sa + BM * BKB;
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < Tr::KS; ++ks)
+        Wgmma<T, BN>::run(&acc[0][0][0], sw128_desc(a_tile + 32 * ks), sw128_desc(b_tile + 32 * ks));
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      continue;
+    }
     float part[MI][NI][4];  // unused (and optimised away) unless kSplit
     float(&tgt)[MI][NI][4] = *(Tr::kSplit ? &part : &acc);
     if constexpr (Tr::kSplit) {
@@ -304,9 +338,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
     }
 #pragma unroll
     for (int ks = 0; ks < Tr::KS; ++ks) {
-      uint32_t af[MI][4], bfr[NI][2];
-#pragma unroll
-      for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], sa + a_lds[ks] + i * 16 * BKB);
+      // B fragments for the whole warp tile, then one A fragment at a time
+      // (4 live registers instead of 4*MI: the 128x128 tile fits in 128).
+      uint32_t bfr[NI][2], bs[Tr::kSplit ? NI : 1][2];
 #pragma unroll
       for (int j = 0; j < NI / 2; ++j) {
         uint32_t r[4];
@@ -314,37 +348,31 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
         bfr[2 * j][0] = r[0]; bfr[2 * j][1] = r[1];
         bfr[2 * j + 1][0] = r[2]; bfr[2 * j + 1][1] = r[3];
       }
-      if constexpr (Tr::kSplit) {
-        uint32_t as[MI][4], bs[NI][2];
 #pragma unroll
-        for (int i = 0; i < MI; ++i)
+      for (int j = 0; j < NI; ++j)
 #pragma unroll
-          for (int t = 0; t < 4; ++t) split_tf32(af[i][t], as[i][t]);
+        for (int t = 0; t < 2; ++t) {
+          if constexpr (Tr::kSplit) split_tf32(bfr[j][t], bs[j][t]);
+          else if constexpr (kTF32) bfr[j][t] = to_tf32(bfr[j][t]);
+        }
 #pragma unroll
-        for (int j = 0; j < NI; ++j)
+      for (int i = 0; i < MI; ++i) {
+        uint32_t af[4], as[4];
+        ldmatrix_x4(af, sa + a_lds[ks] + i * 16 * BKB);
 #pragma unroll
-          for (int t = 0; t < 2; ++t) split_tf32(bfr[j][t], bs[j][t]);
+        for (int t = 0; t < 4; ++t) {
+          if constexpr (Tr::kSplit) split_tf32(af[t], as[t]);
+          else if constexpr (kTF32) af[t] = to_tf32(af[t]);
+        }
 #pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NI; ++j) {
-            Mma<T>::run(tgt[i][j], as[i], bfr[j]);
-            Mma<T>::run(tgt[i][j], af[i], bs[j]);
+        for (int j = 0; j < NI; ++j) {
+          if constexpr (Tr::kSplit) {
+            Mma<T>::run(tgt[i][j], as, bfr[j]);
+            Mma<T>::run(tgt[i][j], af, bs[j]);
           }
-      } else if constexpr (kTF32) {
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int t = 0; t < 4; ++t) af[i][t] = to_tf32(af[i][t]);
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-          for (int t = 0; t < 2; ++t) bfr[j][t] = to_tf32(bfr[j][t]);
+          Mma<T>::run(tgt[i][j], af, bfr[j]);
+        }
       }
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j) Mma<T>::run(tgt[i][j], af[i], bfr[j]);
     }
     if constexpr (Tr::kSplit) {
 #pragma unroll
@@ -500,8 +528,35 @@ cudaError_t run_tc_bn(const IgemmParams& prm, cudaStream_t st) {
   }
 }
 
+// wgmma kernels exist when the build targets sm_90a (setup.py defines
+// CONVT2D_WGMMA); they run on compute capability 9.x for 128-byte K rows and
+// more than 32 GEMM columns. CONVT2D_NO_WGMMA=1 turns them off (A/B timing).
+bool use_wgmma(const IgemmParams& prm) {
+#if defined(CONVT2D_WGMMA)
+  if (prm.Nc <= 32) return false;
+  const char* e = std::getenv("CONVT2D_NO_WGMMA");
+  if (e && e[0] == '1') return false;
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major == 9;
+#else
+  (void)prm;
+  return false;
+#endif
+}
+
 template <typename T, bool kSplit>
 cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
+#if defined(CONVT2D_WGMMA)
+  if constexpr (!kSplit) {
+    if (prm.Kc * int64_t(sizeof(T)) >= 128 && use_wgmma(prm)) {
+      if (prm.Nc <= 64) return run_tc<TcTraits<T, 128, 64, 8, 1, 4, 128, false, 2, true>>(prm, st);
+      return run_tc<TcTraits<T, 128, 128, 8, 1, 3, 128, false, 2, true>>(prm, st);
+    }
+  }
+#endif
   if (prm.Kc * int64_t(sizeof(T)) >= 128) return run_tc_bn<T, kSplit, 128>(prm, st);
   return run_tc_bn<T, kSplit, 64>(prm, st);
 }

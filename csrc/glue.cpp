@@ -26,27 +26,26 @@ Problem make_problem(const at::Tensor& input, const at::Tensor& weight,
   check_len(padding, "padding");
   check_len(output_padding, "output_padding");
   check_len(dilation, "dilation");
-  TORCH_CHECK(input.device() == weight.device(),
-              "Expected all tensors to be on the same device, but found at least two "
-              "devices, ", input.device(), " and ", weight.device(), "!");
-  // Mixed dtypes: torch's message depends on the backend path it would take
-  // (oneDNN where the CPU supports the dtype, its slow path, cuDNN), which
-  // varies with the CPU and the torch version. So let torch itself raise it:
-  // its conv_transpose2d validates the dtypes before computing anything.
-  auto check_same_type = [&](const at::Tensor& other, const char* what) {
-    if (other.scalar_type() == input.scalar_type()) return;
+  // Mixed devices or dtypes: torch's message depends on the backend path it
+  // would take (oneDNN where the CPU supports the dtype, its slow path, cuDNN)
+  // and on its version, so let torch itself raise it: its conv_transpose2d
+  // checks devices and dtypes before computing anything.
+  auto raise_like_torch = [&](const char* what, const at::Tensor& other) {
     at::conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation);
-    TORCH_CHECK(false, "convt2d: input and ", what, " must have the same dtype, got ",
-                input.scalar_type(), " and ", other.scalar_type());
+    TORCH_CHECK(false, "convt2d: input and ", what, " must have the same device and dtype, got ",
+                input.device(), "/", input.scalar_type(), " and ", other.device(), "/",
+                other.scalar_type());
+  };
+  if (input.device() != weight.device()) raise_like_torch("weight", weight);
+  auto check_same_type = [&](const at::Tensor& other, const char* what) {
+    if (other.scalar_type() != input.scalar_type()) raise_like_torch(what, other);
   };
   check_same_type(weight, "weight");
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()),
               "\"conv_transpose2d\" not implemented for '", c10::toString(input.scalar_type()),
               "' (convt2d supports float64, float32, float16 and bfloat16)");
   if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->device() == input.device(),
-                "Expected all tensors to be on the same device, but found at least two "
-                "devices, ", input.device(), " and ", bias->device(), "!");
+    if (bias->device() != input.device()) raise_like_torch("bias", *bias);
     check_same_type(*bias, "bias");
   }
 

@@ -43,7 +43,8 @@ Problem make_problem(const at::Tensor& input, const at::Tensor& weight,
   check_same_type(weight, "weight");
   // Non-floating dtypes: torch's error differs by device and version
   // (NotImplementedError on CPU, a cuDNN RuntimeError on CUDA): let it raise.
-  if (!at::isFloatingType(input.scalar_type()))
+  // (Complex dtypes: torch would compute them, so raise ours without calling it.)
+  if (!at::isFloatingType(input.scalar_type()) && !at::isComplexType(input.scalar_type()))
     at::conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation);
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()),
               "\"conv_transpose2d\" not implemented for '", c10::toString(input.scalar_type()),

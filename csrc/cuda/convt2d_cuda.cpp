@@ -110,7 +110,10 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
 
   const bool want_v2 = sm80 && dt != DType::kDouble &&
                        std::strcmp(kernel_override(), "v1") != 0;
-  if (want_v2) {
+  // The v2 kernel needs whole 16-byte chunks of channels: check that before
+  // paying for the channels-last copy (tc_igemm_supported checks the rest).
+  const int64_t chunk = dt == DType::kFloat ? 4 : 8;
+  if (want_v2 && prm.Kc % chunk == 0) {
     const at::Tensor s2 = to_channels_last(src, st);
     const at::Tensor w2 = pack_weight(weight, p, !fwd, /*k_major=*/true);
     prm.src = ref(s2);

@@ -38,6 +38,17 @@ constexpr int kD2MaxS = 16;                    // largest sh / sw (phase tables 
 constexpr int64_t kD2SmemBudget = 100 * 1024;  // preferred per-block shared memory
 constexpr int64_t kD2SmemMax = 160 * 1024;     // hard limit (as direct_forward_fits)
 
+// The device's opt-in shared memory per block (227 KB on H100, 99 KB on
+// sm_86/89, 64 KB on sm_75); the kernels' limits below are capped by it, so a
+// problem that does not fit falls back (v2 -> v1 -> implicit GEMM).
+static int64_t smem_optin() {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return 48 * 1024;  // the limit every CUDA device grants
+  return v;
+}
+
 // One stride phase of one dimension, from make_phase_dim (host): output
 // positions Q in [q0, q0 + nq), taps k = k0 + j*kstep (j < ntap), input
 // index Q - koff0 - j*koff_step.
@@ -329,9 +340,11 @@ static int64_t direct2_config(const Problem& p, int kC, int py, int64_t acc_byte
   if (rg < 2) rg = 2;
   const int64_t rg_rows = (max_nq + py - 1) / py;
   if (rg > rg_rows) rg = rg_rows > 0 ? rg_rows : 1;
-  while (rg > 1 && cfg.w_bytes + rg * py * row_bytes > kD2SmemBudget) --rg;
+  const int64_t optin = smem_optin();
+  const int64_t budget = kD2SmemBudget < optin ? kD2SmemBudget : optin;
+  while (rg > 1 && cfg.w_bytes + rg * py * row_bytes > budget) --rg;
   const int64_t smem = cfg.w_bytes + rg * py * row_bytes;
-  if (smem > kD2SmemMax) return 0;
+  if (smem > kD2SmemMax || smem > optin) return 0;
   const int64_t units = sw * rg;
   warps = int(units < kD2MaxWarps ? units : kD2MaxWarps);
   cfg.qy_tile = int(rg * py);
@@ -341,7 +354,8 @@ static int64_t direct2_config(const Problem& p, int kC, int py, int64_t acc_byte
   const int64_t nty = max_nq > 0 ? (max_nq + cfg.qy_tile - 1) / cfg.qy_tile : 1;
   const int64_t ncob = (p.cout_g() + kC - 1) / kC;
   const int64_t nz = p.N * p.groups * ncob;
-  if (ntx * nty * p.sh > 0x7fffffffLL || nz > 0x7fffffffLL) return 0;  // 32-bit block indices
+  // 32-bit block indices; the kernel's `z += gridDim.y` loop must not wrap.
+  if (ntx * nty * p.sh > 0x7fffffffLL || nz > 0x7fffffffLL - 65535) return 0;
   cfg.ntx = int(ntx);
   cfg.nty = int(nty);
   cfg.ncob = int(ncob);
@@ -497,7 +511,8 @@ static int64_t direct_smem_bytes(const Problem& p, DType dt) {
 }
 
 bool direct_forward_fits(const Problem& p, DType dt) {
-  return direct_smem_bytes(p, dt) <= 160 * 1024;
+  const int64_t bytes = direct_smem_bytes(p, dt);
+  return bytes <= 160 * 1024 && bytes <= smem_optin();
 }
 
 template <typename T, int kCOB>

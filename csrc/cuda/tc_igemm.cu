@@ -540,7 +540,10 @@ bool use_wgmma(const IgemmParams& prm) {
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
     return false;
-  return major == 9;
+  int minor = 0;
+  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;  // sm_90a machine code loads on 9.0 only
 #else
   (void)prm;
   return false;
@@ -568,6 +571,13 @@ bool tc_igemm_supported(const IgemmParams& prm, DType dt) {
   const int64_t E = dt == DType::kFloat ? 4 : 8;
   const auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
   const int64_t big = int64_t(1) << 30;
+  // The kernel keeps per-phase source offsets (stride, padding, dilation x
+  // taps) and source pixel indices in 32-bit ints: bound what feeds them.
+  const Problem& p = prm.p;
+  const int64_t lim = int64_t(1) << 29;
+  if (p.sh >= lim || p.sw >= lim || p.ph >= lim || p.pw >= lim || p.dh * (p.kh - 1) >= lim ||
+      p.dw * (p.kw - 1) >= lim)
+    return false;
   return prm.src.sc == 1 && prm.Kc % E == 0 && prm.src.sn % E == 0 && prm.src.sh % E == 0 &&
          prm.src.sw % E == 0 && aligned(prm.src.ptr) && aligned(prm.wpk) && prm.Hs < big &&
          prm.Ws < big && prm.Hd < big && prm.Wd < big && prm.Kc * prm.Nc < big;

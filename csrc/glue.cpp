@@ -30,8 +30,11 @@ Problem make_problem(const at::Tensor& input, const at::Tensor& weight,
   // would take (oneDNN where the CPU supports the dtype, its slow path, cuDNN)
   // and on its version, so let torch itself raise it: its conv_transpose2d
   // checks devices and dtypes before computing anything.
-  auto raise_like_torch = [&](const char* what, const at::Tensor& other) {
+  auto torch_raises = [&] {
     at::conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation);
+  };
+  auto raise_like_torch = [&](const char* what, const at::Tensor& other) {
+    torch_raises();
     TORCH_CHECK(false, "convt2d: input and ", what, " must have the same device and dtype, got ",
                 input.device(), "/", input.scalar_type(), " and ", other.device(), "/",
                 other.scalar_type());
@@ -45,7 +48,7 @@ Problem make_problem(const at::Tensor& input, const at::Tensor& weight,
   // (NotImplementedError on CPU, a cuDNN RuntimeError on CUDA): let it raise.
   // (Complex dtypes: torch would compute them, so raise ours without calling it.)
   if (!at::isFloatingType(input.scalar_type()) && !at::isComplexType(input.scalar_type()))
-    at::conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation);
+    torch_raises();
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()),
               "\"conv_transpose2d\" not implemented for '", c10::toString(input.scalar_type()),
               "' (convt2d supports float64, float32, float16 and bfloat16)");

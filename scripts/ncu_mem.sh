@@ -6,14 +6,5 @@ for rd in "$@"; do
   r=${rd%%:*}; d=${rd##*:}
   echo "=== $r $d"
   timeout 180 ncu --launch-skip 0 --launch-count 12 --metrics $M --csv python scripts/profile_rows.py "$r" "$d" 2>/dev/null \
-    | python -c "
-import csv,sys
-rows=[r for r in csv.reader(l for l in sys.stdin if l.startswith('\"'))]
-h=rows[0]; ki=h.index('Kernel Name'); mi=h.index('Metric Name'); vi=h.index('Metric Value'); ii=h.index('ID')
-cur=None
-for r in rows[1:]:
-    if r[ii]!=cur:
-        cur=r[ii]; print('--', r[ki][:90])
-    print('   ', r[mi], r[vi])
-"
+    | python scripts/ncu_csv.py
 done

@@ -52,6 +52,30 @@ def test_non_default_stream(dtype):
             assert_close(g, r, dtype, "cuda", f"side-stream {n}")
 
 
+# (tensor-core kernel, direct kernel) shapes: Cin, Cout, k, stride
+_INF_SHAPES = [(64, 64, 3, 1), (64, 64, 4, 2), (8, 8, 3, 2)]
+
+
+@pytest.mark.parametrize("shape", _INF_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("mode", ["fp32-ieee", "fp32-tf32", "bf16"])
+def test_inf_input_gives_inf_like_torch(shape, mode):
+    """One +inf input pixel with positive weights: the outputs it reaches are +inf, every other
+    output finite (no NaN), as in torch's float64 result. 3xTF32 once made inf*small terms NaN."""
+    cin, cout, k, s = shape
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    x = torch.randn(2, cin, 9, 11, dtype=torch.float64)
+    x[1, cin // 2, 4, 5] = float("inf")
+    w = torch.rand(cin, cout, k, k, dtype=torch.float64) * 0.5 + 0.5
+    xc, wc = x.to(dtype).cuda(), w.to(dtype).cuda()
+    ref = F.conv_transpose2d(xc.double().cpu(), wc.double().cpu(), stride=s)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=(mode == "fp32-tf32")):
+        out = convt2d.forward(xc, wc, stride=s)
+        assert not out.isnan().any(), "NaN in the output"
+        assert torch.equal(out.isinf().cpu(), ref.isinf()) and (out[out.isinf()] > 0).all()
+        fin = ref.isfinite()
+        assert_close(out[fin.cuda()], ref[fin].cuda(), dtype, "cuda", "finite outputs")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_cuda_graph_capture_and_replay(dtype):
     kw = CFG.kwargs()

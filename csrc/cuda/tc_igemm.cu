@@ -48,7 +48,10 @@ __device__ __forceinline__ uint32_t to_tf32(uint32_t x) {
 // x -> (big, small), both tf32, x ~= big + small (3xTF32).
 __device__ __forceinline__ void split_tf32(uint32_t& x, uint32_t& small) {
   const uint32_t big = to_tf32(x);
-  small = to_tf32(__float_as_uint(__uint_as_float(x) - __uint_as_float(big)));
+  // inf (or a value rounding to inf) has no small part: inf - inf would be NaN.
+  small = isfinite(__uint_as_float(big))
+              ? to_tf32(__float_as_uint(__uint_as_float(x) - __uint_as_float(big)))
+              : 0u;
   x = big;
 }
 
@@ -326,7 +329,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       continue;
     }
-    float part[MI][NI][4];  // unused (and optimised away) unless kSplit
+    // 3xTF32: this k-tile's big*big products and its two cross terms in
+    // separate partial sums (unused and optimised away unless kSplit).
+    float part[MI][NI][4], pcross[MI][NI][4];
     float(&tgt)[MI][NI][4] = *(Tr::kSplit ? &part : &acc);
     if constexpr (Tr::kSplit) {
 #pragma unroll
@@ -334,7 +339,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
 #pragma unroll
         for (int j = 0; j < NI; ++j)
 #pragma unroll
-          for (int t = 0; t < 4; ++t) part[i][j][t] = 0.f;
+          for (int t = 0; t < 4; ++t) part[i][j][t] = pcross[i][j][t] = 0.f;
     }
 #pragma unroll
     for (int ks = 0; ks < Tr::KS; ++ks) {
@@ -367,8 +372,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
 #pragma unroll
         for (int j = 0; j < NI; ++j) {
           if constexpr (Tr::kSplit) {
-            Mma<T>::run(tgt[i][j], as, bfr[j]);
-            Mma<T>::run(tgt[i][j], af, bs[j]);
+            Mma<T>::run(pcross[i][j], as, bfr[j]);
+            Mma<T>::run(pcross[i][j], af, bs[j]);
           }
           Mma<T>::run(tgt[i][j], af, bfr[j]);
         }
@@ -380,7 +385,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
 #pragma unroll
         for (int j = 0; j < NI; ++j)
 #pragma unroll
-          for (int t = 0; t < 4; ++t) acc[i][j][t] += part[i][j][t];
+          for (int t = 0; t < 4; ++t)
+            // An infinite big*big sum (an inf operand) makes the cross terms
+            // inf*small: possibly of the other sign, so NaN. Drop them there.
+            acc[i][j][t] += isfinite(part[i][j][t]) ? part[i][j][t] + pcross[i][j][t]
+                                                    : part[i][j][t];
     }
   }
   cp_async_wait<0>();
@@ -578,9 +587,12 @@ bool tc_igemm_supported(const IgemmParams& prm, DType dt) {
   if (p.sh >= lim || p.sw >= lim || p.ph >= lim || p.pw >= lim || p.dh * (p.kh - 1) >= lim ||
       p.dw * (p.kw - 1) >= lim)
     return false;
-  return prm.src.sc == 1 && prm.Kc % E == 0 && prm.src.sn % E == 0 && prm.src.sh % E == 0 &&
-         prm.src.sw % E == 0 && aligned(prm.src.ptr) && aligned(prm.wpk) && prm.Hs < big &&
-         prm.Ws < big && prm.Hd < big && prm.Wd < big && prm.Kc * prm.Nc < big;
+  // A size-1 dimension's stride is only ever multiplied by 0.
+  const bool sh_ok = prm.Hs == 1 || prm.src.sh % E == 0;
+  const bool sw_ok = prm.Ws == 1 || prm.src.sw % E == 0;
+  return prm.src.sc == 1 && prm.Kc % E == 0 && prm.src.sn % E == 0 && sh_ok && sw_ok &&
+         aligned(prm.src.ptr) && aligned(prm.wpk) && prm.Hs < big && prm.Ws < big &&
+         prm.Hd < big && prm.Wd < big && prm.Kc * prm.Nc < big;
 }
 
 cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st) {

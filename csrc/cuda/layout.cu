@@ -1,6 +1,9 @@
 // NCHW -> NHWC copy for the tensor-core kernels' channels-last operand:
 // 64 pixels x 64 channels per block through shared memory, so both the reads
-// (along pixels) and the writes (along channels) are coalesced.
+// (along pixels) and the writes (along channels) are coalesced. When C and
+// H*W are multiples of 4 (and the pointers aligned), each thread moves 4
+// elements per access (8- or 16-byte vectors): the scalar version was
+// issue-bound at ~1.1 TB/s (seedA bf16: 0.46 ms for 0.52 GB).
 #include "cuda/kernels.h"
 #include <cstdint>
 
@@ -30,12 +33,63 @@ __global__ void __launch_bounds__(256) nchw_to_nhwc_kernel(const U* __restrict__
   }
 }
 
+template <typename U> struct Vec4;
+template <> struct Vec4<uint16_t> { using type = uint2; };
+template <> struct Vec4<uint32_t> { using type = uint4; };
+
+template <typename U>
+__global__ void __launch_bounds__(256) nchw_to_nhwc_vec_kernel(const U* __restrict__ src,
+                                                               U* __restrict__ dst, int64_t C,
+                                                               int64_t HW) {
+  using V = typename Vec4<U>::type;
+  __shared__ U tile[kTile][kTile + 2];  // +2: rows stay 4-byte aligned, banks spread
+  const int64_t n = blockIdx.z;
+  const int64_t p0 = int64_t(blockIdx.x) * kTile, c0 = int64_t(blockIdx.y) * kTile;
+  const U* s = src + n * C * HW + c0 * HW + p0;
+  U* d = dst + n * C * HW + p0 * C + c0;
+  const int64_t pr = HW - p0, cr = C - c0;  // pixels / channels left (multiples of 4)
+  constexpr int VPR = kTile / 4;            // vectors per tile row
+#pragma unroll
+  for (int it = 0; it < kTile * VPR / 256; ++it) {
+    const int i = threadIdx.x + it * 256;
+    const int c = i / VPR, q = (i % VPR) * 4;  // lanes along pixels
+    if (c < cr && q < pr) {
+      union { V v; U e[4]; } u;
+      u.v = *reinterpret_cast<const V*>(s + c * HW + q);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) tile[c][q + j] = u.e[j];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int it = 0; it < kTile * VPR / 256; ++it) {
+    const int i = threadIdx.x + it * 256;
+    const int q = i / VPR, c = (i % VPR) * 4;  // lanes along channels
+    if (c < cr && q < pr) {
+      union { V v; U e[4]; } u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) u.e[j] = tile[c + j][q];
+      *reinterpret_cast<V*>(d + q * C + c) = u.v;
+    }
+  }
+}
+
 template <typename U>
 cudaError_t run(const void* src, void* dst, int64_t N, int64_t C, int64_t HW, cudaStream_t st) {
   const int64_t gx = (HW + kTile - 1) / kTile, gy = (C + kTile - 1) / kTile;
   if (gx > 0x7fffffffLL || gy > 65535 || N > 65535) return cudaErrorInvalidConfiguration;
-  nchw_to_nhwc_kernel<U><<<dim3(unsigned(gx), unsigned(gy), unsigned(N)), 256, 0, st>>>(
-      static_cast<const U*>(src), static_cast<U*>(dst), C, HW);
+  const dim3 grid{unsigned(gx), unsigned(gy), unsigned(N)};
+  if constexpr (sizeof(U) <= 4) {
+    constexpr uintptr_t va = 4 * sizeof(U);
+    if (C % 4 == 0 && HW % 4 == 0 && reinterpret_cast<uintptr_t>(src) % va == 0 &&
+        reinterpret_cast<uintptr_t>(dst) % va == 0) {
+      nchw_to_nhwc_vec_kernel<U><<<grid, 256, 0, st>>>(static_cast<const U*>(src),
+                                                        static_cast<U*>(dst), C, HW);
+      return cudaGetLastError();
+    }
+  }
+  nchw_to_nhwc_kernel<U><<<grid, 256, 0, st>>>(static_cast<const U*>(src), static_cast<U*>(dst),
+                                               C, HW);
   return cudaGetLastError();
 }
 

@@ -200,13 +200,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
   const int Kc = int(prm.Kc), Nc = int(prm.Nc);
   const int Hs = int(prm.Hs), Ws = int(prm.Ws);
 
-  // ---- A loader: row tid / TPR_A, chunks [lc, lc + CPT_A) ------------------------
+  // ---- A loader: row tid / TPR_A, chunks lc + c * TPR_A (c < CPT_A) -----------------
   // The row's tap-0 source offset and pixel; per tap the offset delta is the
   // same for every row, so a stage costs one bounds test and one address per
-  // row, and CPT_A cp.async with immediate offsets.
+  // row, and CPT_A cp.async with immediate offsets. The TPR_A threads of a row
+  // take interleaved chunks, so each warp-wide cp.async covers whole 32-byte
+  // sectors (contiguous chunks per thread fetched every sector twice from L2).
   constexpr int CPT_A = Tr::CPT_A, CPT_B = Tr::CPT_B;
-  const int a_r = tid / Tr::TPR_A;
-  const int lc = (tid % Tr::TPR_A) * CPT_A;
+  constexpr int TPR_A = Tr::TPR_A, TPR_B = Tr::TPR_B;
+  const int a_r = tid / TPR_A;
+  const int lc = tid % TPR_A;
   int64_t a_off = 0;
   int a_iy = -(1 << 30), a_ix = 0;  // invalid row: fails every bounds test
   {
@@ -222,7 +225,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
   }
   // ---- B loader: row tid / TPR_B (threads < B_THREADS), CPT_B chunks --------------
   const int64_t tap_stride = int64_t(Nc) * Kc;
-  const int b_r = tid / Tr::TPR_B, b_lc = (tid % Tr::TPR_B) * CPT_B;
+  const int b_r = tid / TPR_B, b_lc = tid % TPR_B;  // chunks b_lc + c * TPR_B
   const bool b_row_ok = tid < Tr::B_THREADS && n0 + b_r < Nc;
   const T* b_ptr = wpk + g * p.kh * p.kw * tap_stride + (b_row_ok ? (n0 + b_r) * Kc : 0) + b_lc * E;
 
@@ -244,21 +247,21 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
     const T* ga = src + (a_off + l_delta + l_ct * BK);
 #pragma unroll
     for (int c = 0; c < CPT_A; ++c) {
-      const bool ok = row_ok && c0 + c * E < Kc;
-      // chunk lc+c of row a_r: swizzle XOR is per row, so recompute the column
+      const bool ok = row_ok && c0 + c * TPR_A * E < Kc;
+      // chunk lc+c*TPR_A of row a_r: swizzle XOR is per row, so recompute the column
       const uint32_t d = sa + (a_dst & ~uint32_t(CH * 16 - 1)) +
-                         uint32_t((((lc + c) ^ ((a_dst >> 4) & (CH - 1)))) << 4);
-      cp_async16(d, ok ? ga + c * E : src, ok ? 16 : 0);
+                         uint32_t((((lc + c * TPR_A) ^ ((a_dst >> 4) & (CH - 1)))) << 4);
+      cp_async16(d, ok ? ga + c * TPR_A * E : src, ok ? 16 : 0);
     }
     if (tid < Tr::B_THREADS) {
       const int cb = l_ct * BK + b_lc * E;
       const T* gb = b_ptr + (l_btap + l_ct * BK);
 #pragma unroll
       for (int c = 0; c < CPT_B; ++c) {
-        const bool ok = b_row_ok && cb + c * E < Kc;
+        const bool ok = b_row_ok && cb + c * TPR_B * E < Kc;
         const uint32_t d = sb + (b_dst & ~uint32_t(CH * 16 - 1)) +
-                           uint32_t((((b_lc + c) ^ ((b_dst >> 4) & (CH - 1)))) << 4);
-        cp_async16(d, ok ? gb + c * E : wpk, ok ? 16 : 0);
+                           uint32_t((((b_lc + c * TPR_B) ^ ((b_dst >> 4) & (CH - 1)))) << 4);
+        cp_async16(d, ok ? gb + c * TPR_B * E : wpk, ok ? 16 : 0);
       }
     }
     if (++l_ct == kc_tiles) {

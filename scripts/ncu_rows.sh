@@ -4,9 +4,9 @@
 export PYTHONPATH=$PWD/python
 for rd in "$@"; do
   r=${rd%%:*}; d=${rd##*:}
-  timeout 180 ncu --kernel-name regex:"tc_igemm|igemm|direct" --launch-skip 0 --launch-count 1 \
+  timeout 180 ncu --kernel-name regex:"${NCU_KERNEL:-tc_igemm|tc_ws|igemm|direct}" --launch-skip 0 --launch-count 1 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
     python scripts/profile_rows.py "$r" "$d" > "$OUT/ncu-$r-$d.txt" 2>&1
-  grep -E "Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Ipc|Stall|L2 Hit|Block Limit|Executed Ipc|Pipe" "$OUT/ncu-$r-$d.txt" | head -40
+  grep -E "${NCU_GREP:-Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Ipc|Stall|L2 Hit|Block Limit|Executed Ipc|Pipe}" "$OUT/ncu-$r-$d.txt" | head -${NCU_HEAD:-40}
 done

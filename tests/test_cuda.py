@@ -213,3 +213,28 @@ def test_large_output_beyond_int32_backward():
                 for kx in range(3):
                     ref_gw[0, co, ky, kx] += (xs * gs[ky:ky + n, kx:kx + H]).sum()
     assert_close(gw, ref_gw, torch.bfloat16, "cuda", "grad_weight")
+
+
+# Shapes for both tensor-core kernels on Hopper: the warp-specialised 256-row tile
+# (CONVT2D_WS=1) and the two-block kernel (CONVT2D_WS=0), forward and grad_input
+# (the dgrad GEMM runs on the same kernels). Partial M and N tiles, several phases, taps
+# missing from some phases, groups, dilation, bias.
+_WS_CFGS = [
+    Cfg(2, 64, 128, 9, 37, k=(3, 5)),
+    Cfg(3, 128, 96, 7, 11, k=4, stride=2, padding=1, bias=True),
+    Cfg(1, 64, 256, 6, 7, k=3, stride=2, padding=1, output_padding=1, bias=False),
+    Cfg(2, 128, 160, 5, 9, k=(2, 3), stride=(2, 1), dilation=(1, 2), groups=2),
+    Cfg(2, 64, 72, 13, 5, k=3, stride=3, padding=(0, 1)),
+]
+
+
+@pytest.mark.parametrize("ws", ["0", "1"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _WS_CFGS, ids=lambda c: c.id())
+def test_tensor_core_kernels_forced(cfg, dtype, layout, ws, monkeypatch):
+    monkeypatch.setenv("CONVT2D_WS", ws)
+    x, w, b = cfg.make(dtype, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    check(x, w, b, cfg.kwargs(), what=f"ws={ws} {layout} ")

@@ -152,6 +152,132 @@ __device__ __forceinline__ uint32_t swz(int row, int chunk) {
   else return uint32_t(row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4));
 }
 
+// Barrier over the first NT threads of the block (named barrier 1).
+template <int NT>
+__device__ __forceinline__ void sync_threads_n() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(NT) : "memory");
+}
+
+// One m16n8 accumulator fragment (rows m, m+8; columns n, n+1) into the
+// staged C tile: [n][m] for NCHW stores, [m][n] for channels-last.
+template <bool kChanOut, int LDC_M, int LDC_N>
+__device__ __forceinline__ void put_acc(float* sC, int m, int n, const float (&a)[4]) {
+  if constexpr (kChanOut) {
+    sC[m * LDC_N + n] = a[0];
+    sC[m * LDC_N + n + 1] = a[1];
+    sC[(m + 8) * LDC_N + n] = a[2];
+    sC[(m + 8) * LDC_N + n + 1] = a[3];
+  } else {
+    sC[n * LDC_M + m] = a[0];
+    sC[(n + 1) * LDC_M + m] = a[1];
+    sC[n * LDC_M + m + 8] = a[2];
+    sC[(n + 1) * LDC_M + m + 8] = a[3];
+  }
+}
+
+// Stores the staged BM x BN tile (sC, written by the caller) with bias, by
+// threads ctid < NT: a row table of output offsets first, then coalesced
+// NCHW (pixel pairs when the phase's pixels are adjacent) or channels-last
+// (16-byte vectors) stores.
+template <typename T, int BM, int BN, int LDC_M, int LDC_N, int NT, bool kChanOut>
+__device__ __forceinline__ void store_c_tile(const IgemmParams& prm, const float* sC,
+                                             int64_t* sRow, int tid, int64_t m0, int64_t n0,
+                                             int64_t g, int64_t ry, int64_t rx, int64_t pix,
+                                             int64_t M) {
+  constexpr int E = 16 / int(sizeof(T));
+  const Problem& p = prm.p;
+  const Geo gy = make_geo(prm.mode, ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
+  const Geo gx = make_geo(prm.mode, rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+  const int64_t gx_om = gx.om;
+  for (int r = tid; r < BM; r += NT) {
+    const int64_t mg = m0 + r;
+    int64_t off = -1;
+    if (mg < M) {
+      const int64_t n = mg / pix, rem = mg - n * pix;
+      const int64_t qy = rem / gx.nq, qx = rem - qy * gx.nq;
+      off = n * prm.dst.sn + (qy * gy.om + gy.oa) * prm.dst.sh + (qx * gx.om + gx.oa) * prm.dst.sw +
+            g * prm.Nc * prm.dst.sc;
+    }
+    sRow[r] = off;
+  }
+  sync_threads_n<NT>();
+  const T* bias = static_cast<const T*>(prm.bias);
+  T* dst = static_cast<T*>(prm.dst.ptr);
+  const int64_t dsc = prm.dst.sc;
+  const int nvalid = int(prm.Nc) - int(n0) < BN ? int(prm.Nc) - int(n0) : BN;
+  const T* bias_g = bias ? bias + g * prm.Nc + n0 : nullptr;
+  using Vec = uint4;  // E elements of T
+  if constexpr (kChanOut) {
+    // E consecutive channels per thread: one 16-byte store when aligned.
+    constexpr int GN = BN / E;  // vector groups per row
+    for (int idx = tid; idx < BM * GN; idx += NT) {
+      const int m = idx / GN, n = (idx % GN) * E;
+      const int64_t off = sRow[m];
+      if (off < 0 || n >= nvalid) continue;
+      const float* c = sC + m * LDC_N + n;
+      T* d = dst + off + (n0 + n);
+      if (n + E <= nvalid && (reinterpret_cast<uintptr_t>(d) & 15) == 0) {
+        union { Vec v; T e[E]; } u;
+#pragma unroll
+        for (int t = 0; t < E; ++t)
+          u.e[t] = Cvt<T>::from_acc(c[t] + (bias_g ? Cvt<T>::to_acc(bias_g[n + t]) : 0.f));
+        *reinterpret_cast<Vec*>(d) = u.v;
+      } else {
+        for (int t = 0; t < E && n + t < nvalid; ++t)
+          d[t] = Cvt<T>::from_acc(c[t] + (bias_g ? Cvt<T>::to_acc(bias_g[n + t]) : 0.f));
+      }
+    }
+  } else if (gx_om == 1) {
+    // Phase pixels consecutive along the output row: each thread owns a group
+    // of E tile rows (pixels) and walks the channels, one 16-byte store per
+    // channel when the group is contiguous in memory and aligned; lanes cover
+    // consecutive groups, so a warp writes 32 x 16 bytes of one channel.
+    constexpr int GM = BM / E;
+    static_assert(NT % GM == 0, "pixel groups per channel sweep");
+    const int m = (tid % GM) * E;
+    const int64_t o0 = sRow[m];
+    bool contig = o0 >= 0;
+#pragma unroll
+    for (int j = 1; j < E; ++j) contig = contig && sRow[m + j] == o0 + j;
+    for (int n = tid / GM; n < nvalid; n += NT / GM) {
+      const float* c = sC + n * LDC_M + m;
+      const float bv = bias_g ? Cvt<T>::to_acc(bias_g[n]) : 0.f;
+      const int64_t co = (n0 + n) * dsc;
+      T* d = dst + o0 + co;
+      if (contig && (reinterpret_cast<uintptr_t>(d) & 15) == 0) {
+        union { Vec v; T e[E]; } u;
+#pragma unroll
+        for (int j = 0; j < E; j += 4) {
+          const float4 f = *reinterpret_cast<const float4*>(c + j);
+          u.e[j] = Cvt<T>::from_acc(f.x + bv);
+          u.e[j + 1] = Cvt<T>::from_acc(f.y + bv);
+          u.e[j + 2] = Cvt<T>::from_acc(f.z + bv);
+          u.e[j + 3] = Cvt<T>::from_acc(f.w + bv);
+        }
+        *reinterpret_cast<Vec*>(d) = u.v;
+      } else {
+#pragma unroll
+        for (int j = 0; j < E; ++j) {
+          const int64_t o = sRow[m + j];
+          if (o >= 0) dst[o + co] = Cvt<T>::from_acc(c[j] + bv);
+        }
+      }
+    }
+  } else {
+    // Strided phase pixels: each thread owns one pixel (lanes: consecutive
+    // pixels of one channel) and walks the channels.
+    static_assert(NT % BM == 0, "pixels per channel sweep");
+    const int m = tid % BM;
+    const int64_t off = sRow[m];
+    if (off >= 0) {
+      for (int n = tid / BM; n < nvalid; n += NT / BM) {
+        const float bv = bias_g ? Cvt<T>::to_acc(bias_g[n]) : 0.f;
+        dst[off + (n0 + n) * dsc] = Cvt<T>::from_acc(sC[n * LDC_M + m] + bv);
+      }
+    }
+  }
+}
+
 template <class Tr, bool kChanOut>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(const IgemmParams prm) {
   using T = typename Tr::T;
@@ -400,102 +526,249 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
 
   // ---- epilogue ----------------------------------------------------------------
   float* sC = reinterpret_cast<float*>(smem);
-  int64_t* sRow = reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff);
-  const Geo gy = make_geo(prm.mode, ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
-  const Geo gx = make_geo(prm.mode, rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
-  const int64_t gx_om = gx.om;
-  for (int r = tid; r < BM; r += NT) {
-    const int64_t mg = m0 + r;
-    int64_t off = -1;
-    if (mg < M) {
-      const int64_t n = mg / pix, rem = mg - n * pix;
-      const int64_t qy = rem / gx.nq, qx = rem - qy * gx.nq;
-      off = n * prm.dst.sn + (qy * gy.om + gy.oa) * prm.dst.sh + (qx * gx.om + gx.oa) * prm.dst.sw +
-            g * prm.Nc * prm.dst.sc;
-    }
-    sRow[r] = off;
-  }
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       const int m = wm * Tr::WM + i * 16 + (lane >> 2);
       const int n = wn * Tr::WN + j * 8 + 2 * (lane & 3);
-      if constexpr (kChanOut) {
-        sC[m * Tr::LDC_N + n] = acc[i][j][0];
-        sC[m * Tr::LDC_N + n + 1] = acc[i][j][1];
-        sC[(m + 8) * Tr::LDC_N + n] = acc[i][j][2];
-        sC[(m + 8) * Tr::LDC_N + n + 1] = acc[i][j][3];
-      } else {
-        sC[n * Tr::LDC_M + m] = acc[i][j][0];
-        sC[(n + 1) * Tr::LDC_M + m] = acc[i][j][1];
-        sC[n * Tr::LDC_M + m + 8] = acc[i][j][2];
-        sC[(n + 1) * Tr::LDC_M + m + 8] = acc[i][j][3];
-      }
+      put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, m, n, acc[i][j]);
     }
-  __syncthreads();
-  const T* bias = static_cast<const T*>(prm.bias);
-  T* dst = static_cast<T*>(prm.dst.ptr);
-  const int64_t dsc = prm.dst.sc;
-  const int nvalid = Nc - int(n0) < BN ? Nc - int(n0) : BN;
-  const T* bias_g = bias ? bias + g * prm.Nc + n0 : nullptr;
-  using Vec = uint4;  // E elements of T
-  if constexpr (kChanOut) {
-    // E consecutive channels per thread: one 16-byte store when aligned.
-    constexpr int GN = BN / E;  // vector groups per row
-    for (int idx = tid; idx < BM * GN; idx += NT) {
-      const int m = idx / GN, n = (idx % GN) * E;
-      const int64_t off = sRow[m];
-      if (off < 0 || n >= nvalid) continue;
-      const float* c = sC + m * Tr::LDC_N + n;
-      T* d = dst + off + (n0 + n);
-      if (n + E <= nvalid && (reinterpret_cast<uintptr_t>(d) & 15) == 0) {
-        union { Vec v; T e[E]; } u;
-#pragma unroll
-        for (int t = 0; t < E; ++t)
-          u.e[t] = Cvt<T>::from_acc(c[t] + (bias_g ? Cvt<T>::to_acc(bias_g[n + t]) : 0.f));
-        *reinterpret_cast<Vec*>(d) = u.v;
-      } else {
-        for (int t = 0; t < E && n + t < nvalid; ++t)
-          d[t] = Cvt<T>::from_acc(c[t] + (bias_g ? Cvt<T>::to_acc(bias_g[n + t]) : 0.f));
-      }
-    }
-  } else if (gx_om == 1) {
-    // Phase pixels consecutive along the output row: two per thread (a 4- or
-    // 8-byte store when they are adjacent in memory and aligned), so a warp
-    // writes 64 consecutive pixels of one channel.
-    using Pair = typename std::conditional<sizeof(T) == 4, uint2, uint32_t>::type;
-    constexpr int GM = BM / 2;
-    for (int idx = tid; idx < GM * BN; idx += NT) {
-      const int m = (idx % GM) * 2, n = idx / GM;
-      if (n >= nvalid) break;  // n only grows with idx
-      const int64_t o0 = sRow[m], o1 = sRow[m + 1];
-      const float* c = sC + n * Tr::LDC_M + m;
-      const float bv = bias_g ? Cvt<T>::to_acc(bias_g[n]) : 0.f;
-      const int64_t co = (n0 + n) * dsc;
-      T* d = dst + o0 + co;
-      if (o0 >= 0 && o1 == o0 + 1 && (reinterpret_cast<uintptr_t>(d) % sizeof(Pair)) == 0) {
-        union { Pair v; T e[2]; } u;
-        u.e[0] = Cvt<T>::from_acc(c[0] + bv);
-        u.e[1] = Cvt<T>::from_acc(c[1] + bv);
-        *reinterpret_cast<Pair*>(d) = u.v;
-      } else {
-        if (o0 >= 0) dst[o0 + co] = Cvt<T>::from_acc(c[0] + bv);
-        if (o1 >= 0) dst[o1 + co] = Cvt<T>::from_acc(c[1] + bv);
-      }
-    }
-  } else {
-    // Strided phase pixels: one per thread, m fastest.
-    for (int idx = tid; idx < BM * BN; idx += NT) {
-      const int m = idx % BM, n = idx / BM;
-      if (n >= nvalid) break;
-      const int64_t off = sRow[m];
-      if (off < 0) continue;
-      const float bv = bias_g ? Cvt<T>::to_acc(bias_g[n]) : 0.f;
-      dst[off + (n0 + n) * dsc] = Cvt<T>::from_acc(sC[n * Tr::LDC_M + m] + bv);
-    }
-  }
+  store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, NT, kChanOut>(
+      prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), tid, m0, n0, g, ry, rx, pix,
+      M);
 }
+
+#if defined(CONVT2D_WGMMA)
+// ---- warp-specialised wgmma kernel (sm_90a) ---------------------------------------
+// mbarrier wrappers (CTA scope).
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWS_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WS_WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// Tile 256 x BN, 128-byte K rows, S stages, 3 warpgroups: warpgroup 0 loads
+// (cp.async into the 128-byte-swizzled tiles), warpgroups 1 and 2 each run
+// wgmma on 128 rows (two m64 halves) x BN. Stage hand-off by mbarriers:
+// full[s] (128 loader arrivals: the loader waits for its own copies D tiles
+// behind, fences them to the async proxy, then arrives) and empty[s] (256
+// consumer arrivals once the wgmma reading the stage has retired: each
+// consumer keeps one wgmma group in flight, wait_group 1).
+template <typename T, int BN_, int S_>
+struct WsTraits {
+  using Tp = T;
+  static constexpr int BM = 256, BN = BN_, S = S_, BKB = 128, CH = 8, KS = 4;
+  static constexpr int E = 16 / int(sizeof(T)), BK = BKB / int(sizeof(T));
+  static constexpr int kThreads = 384, kConsumers = 256, D = 2;
+  static constexpr int NI = BN / 8;
+  static constexpr int kStageBytes = (BM + BN) * BKB;
+  static constexpr int kPipeBytes = S * kStageBytes;
+  static constexpr int LDC_M = BM + 4, LDC_N = BN + 4;
+  static constexpr int kCBytes = (BN * LDC_M > BM * LDC_N ? BN * LDC_M : BM * LDC_N) * 4;
+  static constexpr int kRowTableOff = kPipeBytes > kCBytes ? kPipeBytes : kCBytes;
+  static constexpr int kBarOff = kRowTableOff + BM * 8;
+  static constexpr int kSmemBytes = kBarOff + 2 * S * 8 + 1024;
+  static_assert(D < S - 1, "loader lag must leave a stage to refill");
+  static_assert(BN == 64 || BN == 128, "BN");
+};
+
+template <class Tr, bool kChanOut>
+__global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
+  using T = typename Tr::Tp;
+  constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, S = Tr::S, D = Tr::D;
+  constexpr int BKB = Tr::BKB, CH = Tr::CH, NI = Tr::NI;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sbase = (sraw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (sbase - sraw);
+  const Problem& p = prm.p;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+
+  const int64_t n_tiles = (prm.Nc + BN - 1) / BN;
+  const int64_t Z = prm.phases_y * prm.phases_x * p.groups;
+  int64_t bid = blockIdx.x;
+  const int64_t ntile = bid % n_tiles;
+  bid /= n_tiles;
+  const int64_t z = bid % Z;
+  const int64_t mtile = bid / Z;
+  const int64_t g = z % p.groups, phase = z / p.groups;
+  const int64_t ry = phase / prm.phases_x, rx = phase % prm.phases_x;
+  int64_t pix, nqx;
+  int it_y, it_x, k0y, k0x, ksy, ksx, ntap_y, ntap_x, im_y, im_x, ia_y, ia_x;
+  {
+    const Geo gy = make_geo(prm.mode, ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
+    const Geo gx = make_geo(prm.mode, rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+    pix = gy.nq * gx.nq; nqx = gx.nq;
+    it_y = int(gy.it); it_x = int(gx.it); k0y = int(gy.k0); k0x = int(gx.k0);
+    ksy = int(gy.ks); ksx = int(gx.ks); ntap_y = int(gy.ntap); ntap_x = int(gx.ntap);
+    im_y = int(gy.im); im_x = int(gx.im); ia_y = int(gy.ia); ia_x = int(gx.ia);
+  }
+  const int64_t M = p.N * pix;
+  const int64_t m0 = mtile * BM, n0 = ntile * BN;
+  if (m0 >= M) return;
+  const int Kc = int(prm.Kc), Nc = int(prm.Nc);
+  const int kc_tiles = (Kc + BK - 1) / BK;
+  const int iters = ntap_y * ntap_x * kc_tiles;
+  const uint32_t full0 = sbase + Tr::kBarOff, empty0 = full0 + S * 8;
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full0 + 8 * s, 128);
+      mbar_init(empty0 + 8 * s, Tr::kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- loader: rows rb + 64 i, chunks sub + 2 c (a warp-wide cp.async covers
+    // whole 32-byte sectors) ---------------------------------------------------------
+    const T* __restrict__ src = static_cast<const T*>(prm.src.ptr);
+    const T* __restrict__ wpk = static_cast<const T*>(prm.wpk);
+    const int sub = tid & 1, rb = tid >> 1;
+    constexpr int AR = BM / 64, BR = BN / 64;
+    int64_t a_off[AR];
+    int a_iy[AR], a_ix[AR];
+#pragma unroll
+    for (int i = 0; i < AR; ++i) {
+      const int64_t mg = m0 + rb + 64 * i;
+      a_off[i] = 0; a_iy[i] = -(1 << 30); a_ix[i] = 0;
+      if (mg < M) {
+        const int64_t n = mg / pix, rem = mg - n * pix;
+        const int64_t qy = rem / nqx, qx = rem - qy * nqx;
+        a_iy[i] = int(qy) * im_y + ia_y;
+        a_ix[i] = int(qx) * im_x + ia_x;
+        a_off[i] = n * prm.src.sn + g * prm.Kc + sub * E + int64_t(a_iy[i]) * prm.src.sh +
+                   int64_t(a_ix[i]) * prm.src.sw;
+      }
+    }
+    const int64_t tap_stride = int64_t(Nc) * Kc;
+    const T* b_base = wpk + g * p.kh * p.kw * tap_stride + sub * E;
+    bool b_ok[BR];
+#pragma unroll
+    for (int i = 0; i < BR; ++i) b_ok[i] = n0 + rb + 64 * i < Nc;
+    const uint32_t uHs = uint32_t(prm.Hs), uWs = uint32_t(prm.Ws);
+    const int64_t ssh = prm.src.sh, ssw = prm.src.sw, kw = p.kw;
+    int l_jy = 0, l_jx = 0, l_ct = 0, l_dy = 0, l_dx = 0;
+    int64_t l_delta = 0, l_btap = (int64_t(k0y) * kw + k0x) * tap_stride;
+    for (int it = 0; it < iters; ++it) {
+      const int s = it % S;
+      if (it >= S) mbar_wait(empty0 + 8 * s, uint32_t((it / S - 1) & 1));
+      const uint32_t sa = sbase + s * Tr::kStageBytes, sb = sa + BM * BKB;
+      const int c0 = l_ct * BK + sub * E;
+#pragma unroll
+      for (int i = 0; i < AR; ++i) {
+        const int r = rb + 64 * i;
+        const bool row_ok = uint32_t(a_iy[i] + l_dy) < uHs && uint32_t(a_ix[i] + l_dx) < uWs;
+        const T* ga = src + (a_off[i] + l_delta + l_ct * BK);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const bool ok = row_ok && c0 + 2 * c * E < Kc;
+          cp_async16(sa + swz<CH>(r, sub + 2 * c), ok ? ga + 2 * c * E : src, ok ? 16 : 0);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < BR; ++i) {
+        const int r = rb + 64 * i;
+        const T* gb = b_base + (n0 + r) * Kc + (l_btap + l_ct * BK);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const bool ok = b_ok[i] && c0 + 2 * c * E < Kc;
+          cp_async16(sb + swz<CH>(r, sub + 2 * c), ok ? gb + 2 * c * E : wpk, ok ? 16 : 0);
+        }
+      }
+      cp_async_commit();
+      if (it >= D) {
+        cp_async_wait<D>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        mbar_arrive(full0 + 8 * ((it - D) % S));
+      }
+      if (++l_ct == kc_tiles) {
+        l_ct = 0;
+        if (++l_jx == ntap_x) {
+          l_jx = 0; l_dx = 0; ++l_jy; l_dy += it_y;
+          l_delta = int64_t(l_dy) * ssh;
+          l_btap = (int64_t(k0y + l_jy * ksy) * kw + k0x) * tap_stride;
+        } else {
+          l_dx += it_x;
+          l_delta += int64_t(it_x) * ssw;
+          l_btap += int64_t(ksx) * tap_stride;
+        }
+      }
+    }
+    cp_async_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    for (int it = iters > D ? iters - D : 0; it < iters; ++it) mbar_arrive(full0 + 8 * (it % S));
+    return;
+  }
+
+  // ---- consumers: warpgroup cw = wg - 1 owns rows [128 cw, 128 cw + 128) ---------------
+  const int cw = wg - 1, ctid = tid - 128;
+  float acc[2][NI][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int t = 0; t < 4; ++t) acc[h][j][t] = 0.f;
+  for (int it = 0; it < iters; ++it) {
+    const int s = it % S;
+    mbar_wait(full0 + 8 * s, uint32_t((it / S) & 1));
+    const uint32_t sa = sbase + s * Tr::kStageBytes;
+    const uint32_t a_tile = sa + cw * 128 * BKB, b_tile = sa + BM * BKB;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int ks = 0; ks < Tr::KS; ++ks)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        Wgmma<T, BN>::run(&acc[h][0][0], sw128_desc(a_tile + h * 64 * BKB + 32 * ks),
+                          sw128_desc(b_tile + 32 * ks));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    if (it > 0) mbar_arrive(empty0 + 8 * ((it - 1) % S));
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  sync_threads_n<Tr::kConsumers>();  // both consumers done reading the stages
+  float* sC = reinterpret_cast<float*>(smem);
+  const int wq = warp & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+      put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, cw * 128 + h * 64 + wq * 16 + (lane >> 2),
+                                              j * 8 + 2 * (lane & 3), acc[h][j]);
+  store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, Tr::kConsumers, kChanOut>(
+      prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, m0, n0, g, ry, rx, pix,
+      M);
+}
+
+template <class Tr>
+cudaError_t run_ws(const IgemmParams& prm, cudaStream_t st) {
+  const int64_t mt = (prm.max_m + Tr::BM - 1) / Tr::BM;
+  const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
+  const int64_t blocks = mt * nt * prm.phases_y * prm.phases_x * prm.p.groups;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  const bool chan_out = prm.dst.sc == 1;
+  return BOOL_SWITCH(chan_out, kChan, [&] {
+    auto kern = tc_ws_kernel<Tr, kChan>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         Tr::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
+    return cudaGetLastError();
+  });
+}
+#endif  // CONVT2D_WGMMA
 
 template <class Tr>
 cudaError_t run_tc(const IgemmParams& prm, cudaStream_t st) {
@@ -567,6 +840,20 @@ cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
 #if defined(CONVT2D_WGMMA)
   if constexpr (!kSplit) {
     if (prm.Kc * int64_t(sizeof(T)) >= 128 && use_wgmma(prm)) {
+      // Warp-specialised 256-row tiles (one block per SM) when the GEMM has more
+      // than 64 columns and a long enough K loop (average K row >= 12 tiles of
+      // 128 bytes); below that the fill and the unoverlapped epilogue of a
+      // single resident block cost more than the two-block kernel (measured:
+      // unet 0.197 vs 0.176 ms bf16, seedB (Nc 64) 2.27 vs 2.22 ms).
+      // CONVT2D_WS=0 / 1 forces it off / on (A/B timing).
+      const char* ws = std::getenv("CONVT2D_WS");
+      const int64_t k_row_bytes = prm.Kc * prm.p.kh * prm.p.kw * int64_t(sizeof(T)) /
+                                  (prm.phases_y * prm.phases_x);
+      const bool ws_auto = prm.Nc > 64 && k_row_bytes >= 12 * 128;
+      if (ws ? ws[0] == '1' : ws_auto) {
+        if (prm.Nc <= 64) return run_ws<WsTraits<T, 64, 5>>(prm, st);
+        return run_ws<WsTraits<T, 128, 4>>(prm, st);
+      }
       if (prm.Nc <= 64) return run_tc<TcTraits<T, 128, 64, 8, 1, 4, 128, false, 2, true>>(prm, st);
       return run_tc<TcTraits<T, 128, 128, 8, 1, 3, 128, false, 2, true>>(prm, st);
     }

@@ -55,10 +55,6 @@ __device__ __forceinline__ void split_tf32(uint32_t& x, uint32_t& small) {
   x = big;
 }
 
-__device__ __forceinline__ uint32_t finite_or_zero(uint32_t x) {
-  return (x & 0x7f800000u) == 0x7f800000u ? 0u : x;  // inf / NaN -> 0
-}
-
 // D += A * B for one m16n8 tile and one 32-byte k-step.
 template <typename T> struct Mma;
 template <> struct Mma<__nv_bfloat16> {
@@ -462,7 +458,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       continue;
     }
-    float part[MI][NI][4];  // unused (and optimised away) unless kSplit
+    // 3xTF32: this k-tile's big*big products and its two cross terms in
+    // separate partial sums (unused and optimised away unless kSplit).
+    float part[MI][NI][4], pcross[MI][NI][4];
     float(&tgt)[MI][NI][4] = *(Tr::kSplit ? &part : &acc);
     if constexpr (Tr::kSplit) {
 #pragma unroll
@@ -470,13 +468,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
 #pragma unroll
         for (int j = 0; j < NI; ++j)
 #pragma unroll
-          for (int t = 0; t < 4; ++t) part[i][j][t] = 0.f;
+          for (int t = 0; t < 4; ++t) part[i][j][t] = pcross[i][j][t] = 0.f;
     }
 #pragma unroll
     for (int ks = 0; ks < Tr::KS; ++ks) {
       // B fragments for the whole warp tile, then one A fragment at a time
       // (4 live registers instead of 4*MI: the 128x128 tile fits in 128).
-      uint32_t bfr[NI][2], bs[Tr::kSplit ? NI : 1][2], bfc[Tr::kSplit ? NI : 1][2];
+      uint32_t bfr[NI][2], bs[Tr::kSplit ? NI : 1][2];
 #pragma unroll
       for (int j = 0; j < NI / 2; ++j) {
         uint32_t r[4];
@@ -488,34 +486,23 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
       for (int j = 0; j < NI; ++j)
 #pragma unroll
         for (int t = 0; t < 2; ++t) {
-          if constexpr (Tr::kSplit) {
-            split_tf32(bfr[j][t], bs[j][t]);
-            bfc[j][t] = finite_or_zero(bfr[j][t]);
-          } else if constexpr (kTF32) {
-            bfr[j][t] = to_tf32(bfr[j][t]);
-          }
+          if constexpr (Tr::kSplit) split_tf32(bfr[j][t], bs[j][t]);
+          else if constexpr (kTF32) bfr[j][t] = to_tf32(bfr[j][t]);
         }
 #pragma unroll
       for (int i = 0; i < MI; ++i) {
-        uint32_t af[4], as[4], afc[4];
+        uint32_t af[4], as[4];
         ldmatrix_x4(af, sa + a_lds[ks] + i * 16 * BKB);
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
-          if constexpr (Tr::kSplit) {
-            split_tf32(af[t], as[t]);
-            afc[t] = finite_or_zero(af[t]);
-          } else if constexpr (kTF32) {
-            af[t] = to_tf32(af[t]);
-          }
+          if constexpr (Tr::kSplit) split_tf32(af[t], as[t]);
+          else if constexpr (kTF32) af[t] = to_tf32(af[t]);
         }
 #pragma unroll
         for (int j = 0; j < NI; ++j) {
           if constexpr (Tr::kSplit) {
-            // Cross terms with the big parts clamped to 0 where infinite: an
-            // inf operand has no small part, and inf*small (possibly of the
-            // other sign) would turn the inf*big result into NaN.
-            Mma<T>::run(tgt[i][j], as, bfc[j]);
-            Mma<T>::run(tgt[i][j], afc, bs[j]);
+            Mma<T>::run(pcross[i][j], as, bfr[j]);
+            Mma<T>::run(pcross[i][j], af, bs[j]);
           }
           Mma<T>::run(tgt[i][j], af, bfr[j]);
         }
@@ -527,7 +514,11 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
 #pragma unroll
         for (int j = 0; j < NI; ++j)
 #pragma unroll
-          for (int t = 0; t < 4; ++t) acc[i][j][t] += part[i][j][t];
+          for (int t = 0; t < 4; ++t)
+            // An infinite big*big sum (an inf operand) makes the cross terms
+            // inf*small: possibly of the other sign, so NaN. Drop them there.
+            acc[i][j][t] += isfinite(part[i][j][t]) ? part[i][j][t] + pcross[i][j][t]
+                                                    : part[i][j][t];
     }
   }
   cp_async_wait<0>();
@@ -868,11 +859,7 @@ cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
     }
   }
 #endif
-  // 3xTF32 keeps 64-byte K rows: with 128-byte rows (4 unrolled k-steps of
-  // split fragments) the 128x64 tile needs more than 255 registers and spills.
-  if constexpr (!kSplit) {
-    if (prm.Kc * int64_t(sizeof(T)) >= 128) return run_tc_bn<T, kSplit, 128>(prm, st);
-  }
+  if (prm.Kc * int64_t(sizeof(T)) >= 128) return run_tc_bn<T, kSplit, 128>(prm, st);
   return run_tc_bn<T, kSplit, 64>(prm, st);
 }
 

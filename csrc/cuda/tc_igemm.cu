@@ -549,6 +549,11 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
                : "memory");
 }
+// Arrives on the mbarrier once all of this thread's earlier cp.async copies
+// have landed (counts as one of the expected arrivals: .noinc).
+__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred p;\nWS_WAIT:\n"
@@ -561,16 +566,18 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // Tile 256 x BN, 128-byte K rows, S stages, 3 warpgroups: warpgroup 0 loads
 // (cp.async into the 128-byte-swizzled tiles), warpgroups 1 and 2 each run
 // wgmma on 128 rows (two m64 halves) x BN. Stage hand-off by mbarriers:
-// full[s] (128 loader arrivals: the loader waits for its own copies D tiles
-// behind, fences them to the async proxy, then arrives) and empty[s] (256
+// full[s] (128 loader arrivals, each made by the hardware when that thread's
+// copies into the stage have landed: cp.async.mbarrier.arrive.noinc; the
+// consumer fences them to the async proxy after its wait) and empty[s] (256
 // consumer arrivals once the wgmma reading the stage has retired: each
-// consumer keeps one wgmma group in flight, wait_group 1).
+// consumer keeps one wgmma group in flight, wait_group 1). The loader runs up
+// to S - 1 tiles ahead.
 template <typename T, int BN_, int S_>
 struct WsTraits {
   using Tp = T;
   static constexpr int BM = 256, BN = BN_, S = S_, BKB = 128, CH = 8, KS = 4;
   static constexpr int E = 16 / int(sizeof(T)), BK = BKB / int(sizeof(T));
-  static constexpr int kThreads = 384, kConsumers = 256, D = 2;
+  static constexpr int kThreads = 384, kConsumers = 256;
   static constexpr int NI = BN / 8;
   static constexpr int kStageBytes = (BM + BN) * BKB;
   static constexpr int kPipeBytes = S * kStageBytes;
@@ -579,14 +586,13 @@ struct WsTraits {
   static constexpr int kRowTableOff = kPipeBytes > kCBytes ? kPipeBytes : kCBytes;
   static constexpr int kBarOff = kRowTableOff + BM * 8;
   static constexpr int kSmemBytes = kBarOff + 2 * S * 8 + 1024;
-  static_assert(D < S - 1, "loader lag must leave a stage to refill");
   static_assert(BN == 64 || BN == 128, "BN");
 };
 
 template <class Tr, bool kChanOut>
 __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
   using T = typename Tr::Tp;
-  constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, S = Tr::S, D = Tr::D;
+  constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, S = Tr::S;
   constexpr int BKB = Tr::BKB, CH = Tr::CH, NI = Tr::NI;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -687,12 +693,7 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
           cp_async16(sb + swz<CH>(r, sub + 2 * c), ok ? gb + 2 * c * E : wpk, ok ? 16 : 0);
         }
       }
-      cp_async_commit();
-      if (it >= D) {
-        cp_async_wait<D>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        mbar_arrive(full0 + 8 * ((it - D) % S));
-      }
+      mbar_arrive_cp_async(full0 + 8 * s);
       if (++l_ct == kc_tiles) {
         l_ct = 0;
         if (++l_jx == ntap_x) {
@@ -706,9 +707,7 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
         }
       }
     }
-    cp_async_wait<0>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    for (int it = iters > D ? iters - D : 0; it < iters; ++it) mbar_arrive(full0 + 8 * (it % S));
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // no exit with copies in flight
     return;
   }
 
@@ -724,6 +723,9 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
   for (int it = 0; it < iters; ++it) {
     const int s = it % S;
     mbar_wait(full0 + 8 * s, uint32_t((it / S) & 1));
+    // The stage was written by cp.async (generic proxy); wgmma reads it
+    // through the async proxy.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     const uint32_t sa = sbase + s * Tr::kStageBytes;
     const uint32_t a_tile = sa + cw * 128 * BKB, b_tile = sa + BM * BKB;
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

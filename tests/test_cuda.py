@@ -76,6 +76,21 @@ def test_inf_input_gives_inf_like_torch(shape, mode):
         assert_close(out[fin.cuda()], ref[fin].cuda(), dtype, "cuda", "finite outputs")
 
 
+def test_near_max_finite_input_stays_finite_ieee():
+    """fp32 with TF32 off: an input just below FLT_MAX (which TF32 rounding takes to inf) still
+    gives the finite fp32 result (3xTF32 splits it with a truncated big part)."""
+    x = torch.randn(2, 64, 5, 6) * 0.1
+    x[1, 3, 2, 4] = 3.4028e38
+    w = torch.full((64, 64, 1, 1), 0.25)
+    ref = F.conv_transpose2d(x.double(), w.double())
+    with _tf32_off():
+        out = convt2d.forward(x.cuda(), w.cuda())
+        assert out.isfinite().all(), "non-finite output for a finite input"
+        assert_close(out, ref.cuda(), torch.float32, "cuda", "near-FLT_MAX input")
+        # the image without the huge pixel, on its own (its error would be hidden above)
+        assert_close(out[:1], ref[:1].cuda(), torch.float32, "cuda", "other image")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_cuda_graph_capture_and_replay(dtype):
     kw = CFG.kwargs()

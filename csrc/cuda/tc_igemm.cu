@@ -47,8 +47,10 @@ __device__ __forceinline__ uint32_t to_tf32(uint32_t x) {
 
 // x -> (big, small), both tf32, x ~= big + small (3xTF32).
 __device__ __forceinline__ void split_tf32(uint32_t& x, uint32_t& small) {
-  const uint32_t big = to_tf32(x);
-  // inf (or a value rounding to inf) has no small part: inf - inf would be NaN.
+  uint32_t big = to_tf32(x);
+  // A finite x that rounds up to inf (|x| > 2^128 - 2^116) is split with a
+  // truncated big part instead; inf / NaN has no small part (inf - inf = NaN).
+  if (!isfinite(__uint_as_float(big)) && isfinite(__uint_as_float(x))) big = x & 0xffffe000u;
   small = isfinite(__uint_as_float(big))
               ? to_tf32(__float_as_uint(__uint_as_float(x) - __uint_as_float(big)))
               : 0u;

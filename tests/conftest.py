@@ -25,6 +25,7 @@ Layout of the suite:
   test_modules.py        convt2d.ConvTranspose2d, convert(), state_dict, autocast
   test_errors.py         bad input: same exception type and message as torch
   test_cuda.py           CUDA only: devices, streams, graphs, determinism, TF32, large index
+  test_training.py       100-step DCGAN / U-Net training tracks nn.ConvTranspose2d (CPU, CUDA)
 """
 import math
 import zlib

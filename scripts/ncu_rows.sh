@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ncu summary of the forward kernels of some suite rows: bash scripts/ncu_rows.sh seedB:bf16 seedA:bf16
-# (run after the build; writes $OUT/ncu-<row>-<dtype>.txt)
+# (run after the build; writes $OUT/ncu-<row>-<dtype>.txt; NCU_KERNEL, NCU_GREP, NCU_HEAD override
+# the kernel regex, the summary filter and its length)
 export PYTHONPATH=$PWD/python
 for rd in "$@"; do
   r=${rd%%:*}; d=${rd##*:}

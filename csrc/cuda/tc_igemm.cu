@@ -14,6 +14,7 @@
 // (m16n8k8): a k-step is 32 bytes = 2 chunks in both cases.
 #include "cuda/kernels.h"
 #include "cuda/mma_core.cuh"
+#include "cuda/ptx.cuh"
 #include "cuda/wgmma.cuh"
 #include "common/static_switch.h"
 #include <cstdint>
@@ -24,71 +25,6 @@
 namespace convt2d {
 namespace cuda {
 namespace {
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ uint32_t to_tf32(uint32_t x) {
-  uint32_t y;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(y) : "f"(__uint_as_float(x)));
-  return y;
-}
-
-// x -> (big, small), both tf32, x ~= big + small (3xTF32).
-__device__ __forceinline__ void split_tf32(uint32_t& x, uint32_t& small) {
-  uint32_t big = to_tf32(x);
-  // A finite x that rounds up to inf (|x| > 2^128 - 2^116) is split with a
-  // truncated big part instead; inf / NaN has no small part (inf - inf = NaN).
-  if (!isfinite(__uint_as_float(big)) && isfinite(__uint_as_float(x))) big = x & 0xffffe000u;
-  small = isfinite(__uint_as_float(big))
-              ? to_tf32(__float_as_uint(__uint_as_float(x) - __uint_as_float(big)))
-              : 0u;
-  x = big;
-}
-
-// D += A * B for one m16n8 tile and one 32-byte k-step.
-template <typename T> struct Mma;
-template <> struct Mma<__nv_bfloat16> {
-  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4],
-                                             const uint32_t (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
-template <> struct Mma<__half> {
-  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4],
-                                             const uint32_t (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
-template <> struct Mma<float> {  // tf32 operands (already rounded)
-  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4],
-                                             const uint32_t (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
 
 // Tile shape, K-row width and pipeline depth. kSplit (fp32 only): 3xTF32,
 // a = big + small with both halves tf32, D += As*Bb + Ab*Bs + Ab*Bb.
@@ -177,19 +113,96 @@ __device__ __forceinline__ void put_acc(float* sC, int m, int n, const float (&a
   }
 }
 
+// Where a block's tile sits. Block -> (n tile, phase x group, m tile); the
+// phases of one pixel region are neighbours in launch order, so their
+// interleaved stores meet in L2. The per-dimension phase numbers the main loop
+// needs are kept as 32-bit values (the 64-bit Geo is rebuilt for the epilogue
+// rather than kept live in registers).
+struct TileGeo {
+  int64_t g, ry, rx, pix, nqx, M, m0, n0;
+  int it_y, it_x, k0y, k0x, ksy, ksx, ntap_y, ntap_x, im_y, im_x, ia_y, ia_x;
+};
+
+template <int BM, int BN>
+__device__ __forceinline__ TileGeo tile_geo(const IgemmParams& prm) {
+  const Problem& p = prm.p;
+  TileGeo t;
+  const int64_t n_tiles = (prm.Nc + BN - 1) / BN;
+  const int64_t Z = prm.phases_y * prm.phases_x * p.groups;
+  int64_t bid = blockIdx.x;
+  const int64_t ntile = bid % n_tiles;
+  bid /= n_tiles;
+  const int64_t z = bid % Z;
+  const int64_t mtile = bid / Z;
+  const int64_t phase = z / p.groups;
+  t.g = z % p.groups;
+  t.ry = phase / prm.phases_x;
+  t.rx = phase % prm.phases_x;
+  const Geo gy = make_geo(prm.mode, t.ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
+  const Geo gx = make_geo(prm.mode, t.rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+  t.pix = gy.nq * gx.nq; t.nqx = gx.nq;
+  t.it_y = int(gy.it); t.it_x = int(gx.it); t.k0y = int(gy.k0); t.k0x = int(gx.k0);
+  t.ksy = int(gy.ks); t.ksx = int(gx.ks); t.ntap_y = int(gy.ntap); t.ntap_x = int(gx.ntap);
+  t.im_y = int(gy.im); t.im_x = int(gx.im); t.ia_y = int(gy.ia); t.ia_x = int(gx.ia);
+  t.M = p.N * t.pix;
+  t.m0 = mtile * BM;
+  t.n0 = ntile * BN;
+  return t;
+}
+
+// Source of GEMM row mg of the tile: the offset of its tap-0 pixel plus coff
+// channels, and that pixel's coordinates. A row beyond M gets a y coordinate
+// that fails every bounds test (and offset 0).
+__device__ __forceinline__ int64_t a_row_source(const IgemmParams& prm, const TileGeo& t,
+                                                int64_t mg, int coff, int& iy, int& ix) {
+  iy = -(1 << 30);
+  ix = 0;
+  if (mg >= t.M) return 0;
+  const int64_t n = mg / t.pix, rem = mg - n * t.pix;
+  const int64_t qy = rem / t.nqx, qx = rem - qy * t.nqx;
+  iy = int(qy) * t.im_y + t.ia_y;
+  ix = int(qx) * t.im_x + t.ia_x;
+  return n * prm.src.sn + t.g * prm.Kc + coff + int64_t(iy) * prm.src.sh +
+         int64_t(ix) * prm.src.sw;
+}
+
+// The loader's position in the K loop: tap row jy, tap column jx, channel tile
+// ct; dy/dx and delta are the source shift and offset of the tap, btap the
+// weight offset of the tap. Updated incrementally, one K tile at a time.
+struct TapCursor {
+  int jy = 0, jx = 0, ct = 0, dy = 0, dx = 0;
+  int64_t delta = 0, btap;
+  int64_t ssh, ssw, kw, tap_stride;
+  __device__ __forceinline__ TapCursor(const IgemmParams& prm, const TileGeo& t, int64_t tap_stride_)
+      : btap((int64_t(t.k0y) * prm.p.kw + t.k0x) * tap_stride_), ssh(prm.src.sh), ssw(prm.src.sw),
+        kw(prm.p.kw), tap_stride(tap_stride_) {}
+  __device__ __forceinline__ void advance(const TileGeo& t, int kc_tiles) {
+    if (++ct < kc_tiles) return;
+    ct = 0;
+    if (++jx == t.ntap_x) {
+      jx = 0; dx = 0; ++jy; dy += t.it_y;
+      delta = int64_t(dy) * ssh;
+      btap = (int64_t(t.k0y + jy * t.ksy) * kw + t.k0x) * tap_stride;
+    } else {
+      dx += t.it_x;
+      delta += int64_t(t.it_x) * ssw;
+      btap += int64_t(t.ksx) * tap_stride;
+    }
+  }
+};
+
 // Stores the staged BM x BN tile (sC, written by the caller) with bias, by
 // threads ctid < NT: a row table of output offsets first, then coalesced
 // NCHW (pixel pairs when the phase's pixels are adjacent) or channels-last
 // (16-byte vectors) stores.
 template <typename T, int BM, int BN, int LDC_M, int LDC_N, int NT, bool kChanOut>
 __device__ __forceinline__ void store_c_tile(const IgemmParams& prm, const float* sC,
-                                             int64_t* sRow, int tid, int64_t m0, int64_t n0,
-                                             int64_t g, int64_t ry, int64_t rx, int64_t pix,
-                                             int64_t M) {
+                                             int64_t* sRow, int tid, const TileGeo& t) {
   constexpr int E = 16 / int(sizeof(T));
   const Problem& p = prm.p;
-  const Geo gy = make_geo(prm.mode, ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
-  const Geo gx = make_geo(prm.mode, rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+  const int64_t m0 = t.m0, n0 = t.n0, g = t.g, pix = t.pix, M = t.M;
+  const Geo gy = make_geo(prm.mode, t.ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
+  const Geo gx = make_geo(prm.mode, t.rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
   const int64_t gx_om = gx.om;
   for (int r = tid; r < BM; r += NT) {
     const int64_t mg = m0 + r;
@@ -296,32 +309,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
   const Problem& p = prm.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  // Block -> (n tile, phase x group, m tile); the phases of one pixel region
-  // are neighbours in launch order, so their interleaved stores meet in L2.
-  const int64_t n_tiles = (prm.Nc + BN - 1) / BN;
-  const int64_t Z = prm.phases_y * prm.phases_x * p.groups;
-  int64_t bid = blockIdx.x;
-  const int64_t ntile = bid % n_tiles;
-  bid /= n_tiles;
-  const int64_t z = bid % Z;
-  const int64_t mtile = bid / Z;
-  const int64_t g = z % p.groups, phase = z / p.groups;
-  const int64_t ry = phase / prm.phases_x, rx = phase % prm.phases_x;
-  // Per-dimension numbers the main loop needs, as 32-bit values (the 64-bit
-  // Geo is rebuilt for the epilogue rather than kept live in registers).
-  int64_t pix, nqx;
-  int it_y, it_x, k0y, k0x, ksy, ksx, ntap_y, ntap_x, im_y, im_x, ia_y, ia_x;
-  {
-    const Geo gy = make_geo(prm.mode, ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
-    const Geo gx = make_geo(prm.mode, rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
-    pix = gy.nq * gx.nq; nqx = gx.nq;
-    it_y = int(gy.it); it_x = int(gx.it); k0y = int(gy.k0); k0x = int(gx.k0);
-    ksy = int(gy.ks); ksx = int(gx.ks); ntap_y = int(gy.ntap); ntap_x = int(gx.ntap);
-    im_y = int(gy.im); im_x = int(gx.im); ia_y = int(gy.ia); ia_x = int(gx.ia);
-  }
-  const int64_t M = p.N * pix;
-  const int64_t m0 = mtile * BM, n0 = ntile * BN;
-  if (m0 >= M) return;
+  const TileGeo t = tile_geo<BM, BN>(prm);
+  if (t.m0 >= t.M) return;
 
   const T* __restrict__ src = static_cast<const T*>(prm.src.ptr);
   const T* __restrict__ wpk = static_cast<const T*>(prm.wpk);
@@ -338,41 +327,28 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
   constexpr int TPR_A = Tr::TPR_A, TPR_B = Tr::TPR_B;
   const int a_r = tid / TPR_A;
   const int lc = tid % TPR_A;
-  int64_t a_off = 0;
-  int a_iy = -(1 << 30), a_ix = 0;  // invalid row: fails every bounds test
-  {
-    const int64_t mg = m0 + a_r;
-    if (mg < M) {
-      const int64_t n = mg / pix, rem = mg - n * pix;
-      const int64_t qy = rem / nqx, qx = rem - qy * nqx;
-      a_iy = int(qy) * im_y + ia_y;
-      a_ix = int(qx) * im_x + ia_x;
-      a_off = n * prm.src.sn + g * prm.Kc + lc * E + int64_t(a_iy) * prm.src.sh +
-              int64_t(a_ix) * prm.src.sw;
-    }
-  }
+  int a_iy, a_ix;
+  const int64_t a_off = a_row_source(prm, t, t.m0 + a_r, lc * E, a_iy, a_ix);
   // ---- B loader: row tid / TPR_B (threads < B_THREADS), CPT_B chunks --------------
   const int64_t tap_stride = int64_t(Nc) * Kc;
   const int b_r = tid / TPR_B, b_lc = tid % TPR_B;  // chunks b_lc + c * TPR_B
-  const bool b_row_ok = tid < Tr::B_THREADS && n0 + b_r < Nc;
-  const T* b_ptr = wpk + g * p.kh * p.kw * tap_stride + (b_row_ok ? (n0 + b_r) * Kc : 0) + b_lc * E;
+  const bool b_row_ok = tid < Tr::B_THREADS && t.n0 + b_r < Nc;
+  const T* b_ptr =
+      wpk + t.g * p.kh * p.kw * tap_stride + (b_row_ok ? (t.n0 + b_r) * Kc : 0) + b_lc * E;
 
   const int kc_tiles = (Kc + BK - 1) / BK;
-  const int iters = ntap_y * ntap_x * kc_tiles;
+  const int iters = t.ntap_y * t.ntap_x * kc_tiles;
   const uint32_t uHs = uint32_t(Hs), uWs = uint32_t(Ws);
-  const int64_t ssh = prm.src.sh, ssw = prm.src.sw, kw = p.kw;
   const uint32_t a_dst = swz<CH>(a_r, 0), b_dst = swz<CH>(b_r, 0);
 
-  // Loader position (runs S-1 tiles ahead of the math), updated incrementally.
-  int l_jy = 0, l_jx = 0, l_ct = 0, l_dy = 0, l_dx = 0;
-  int64_t l_delta = 0;                                      // source offset of the tap
-  int64_t l_btap = (int64_t(k0y) * kw + k0x) * tap_stride;  // weight offset of the tap
+  // Loader position (runs S-1 tiles ahead of the math).
+  TapCursor l(prm, t, tap_stride);
   auto load_tile = [&](int stage) {
     const uint32_t sa = sbase + stage * Tr::kStageBytes;
     const uint32_t sb = sa + BM * BKB;
-    const int c0 = l_ct * BK + lc * E;  // first channel of this thread's A chunks
-    const bool row_ok = uint32_t(a_iy + l_dy) < uHs && uint32_t(a_ix + l_dx) < uWs;
-    const T* ga = src + (a_off + l_delta + l_ct * BK);
+    const int c0 = l.ct * BK + lc * E;  // first channel of this thread's A chunks
+    const bool row_ok = uint32_t(a_iy + l.dy) < uHs && uint32_t(a_ix + l.dx) < uWs;
+    const T* ga = src + (a_off + l.delta + l.ct * BK);
 #pragma unroll
     for (int c = 0; c < CPT_A; ++c) {
       const bool ok = row_ok && c0 + c * TPR_A * E < Kc;
@@ -382,8 +358,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
       cp_async16(d, ok ? ga + c * TPR_A * E : src, ok ? 16 : 0);
     }
     if (tid < Tr::B_THREADS) {
-      const int cb = l_ct * BK + b_lc * E;
-      const T* gb = b_ptr + (l_btap + l_ct * BK);
+      const int cb = l.ct * BK + b_lc * E;
+      const T* gb = b_ptr + (l.btap + l.ct * BK);
 #pragma unroll
       for (int c = 0; c < CPT_B; ++c) {
         const bool ok = b_row_ok && cb + c * TPR_B * E < Kc;
@@ -392,18 +368,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
         cp_async16(d, ok ? gb + c * TPR_B * E : wpk, ok ? 16 : 0);
       }
     }
-    if (++l_ct == kc_tiles) {
-      l_ct = 0;
-      if (++l_jx == ntap_x) {
-        l_jx = 0; l_dx = 0; ++l_jy; l_dy += it_y;
-        l_delta = int64_t(l_dy) * ssh;
-        l_btap = (int64_t(k0y + l_jy * ksy) * kw + k0x) * tap_stride;
-      } else {
-        l_dx += it_x;
-        l_delta += int64_t(it_x) * ssw;
-        l_btap += int64_t(ksx) * tap_stride;
-      }
-    }
+    l.advance(t, kc_tiles);
   };
 
   float acc[MI][NI][4];
@@ -537,8 +502,22 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
       put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, m, n, acc[i][j]);
     }
   store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, NT, kChanOut>(
-      prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), tid, m0, n0, g, ry, rx, pix,
-      M);
+      prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), tid, t);
+}
+
+// One block per (BM x BN tile, stride phase, group), as tile_geo decodes it;
+// Tr gives the tile, the block size and the dynamic shared memory.
+template <class Tr, class Kernel>
+cudaError_t launch_tiles(Kernel kern, const IgemmParams& prm, cudaStream_t st) {
+  const int64_t mt = (prm.max_m + Tr::BM - 1) / Tr::BM;
+  const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
+  const int64_t blocks = mt * nt * prm.phases_y * prm.phases_x * prm.p.groups;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  cudaError_t e =
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
+  return cudaGetLastError();
 }
 
 #if defined(CONVT2D_WGMMA)
@@ -603,31 +582,11 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
   const Problem& p = prm.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
 
-  const int64_t n_tiles = (prm.Nc + BN - 1) / BN;
-  const int64_t Z = prm.phases_y * prm.phases_x * p.groups;
-  int64_t bid = blockIdx.x;
-  const int64_t ntile = bid % n_tiles;
-  bid /= n_tiles;
-  const int64_t z = bid % Z;
-  const int64_t mtile = bid / Z;
-  const int64_t g = z % p.groups, phase = z / p.groups;
-  const int64_t ry = phase / prm.phases_x, rx = phase % prm.phases_x;
-  int64_t pix, nqx;
-  int it_y, it_x, k0y, k0x, ksy, ksx, ntap_y, ntap_x, im_y, im_x, ia_y, ia_x;
-  {
-    const Geo gy = make_geo(prm.mode, ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
-    const Geo gx = make_geo(prm.mode, rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
-    pix = gy.nq * gx.nq; nqx = gx.nq;
-    it_y = int(gy.it); it_x = int(gx.it); k0y = int(gy.k0); k0x = int(gx.k0);
-    ksy = int(gy.ks); ksx = int(gx.ks); ntap_y = int(gy.ntap); ntap_x = int(gx.ntap);
-    im_y = int(gy.im); im_x = int(gx.im); ia_y = int(gy.ia); ia_x = int(gx.ia);
-  }
-  const int64_t M = p.N * pix;
-  const int64_t m0 = mtile * BM, n0 = ntile * BN;
-  if (m0 >= M) return;
+  const TileGeo t = tile_geo<BM, BN>(prm);
+  if (t.m0 >= t.M) return;
   const int Kc = int(prm.Kc), Nc = int(prm.Nc);
   const int kc_tiles = (Kc + BK - 1) / BK;
-  const int iters = ntap_y * ntap_x * kc_tiles;
+  const int iters = t.ntap_y * t.ntap_x * kc_tiles;
   const uint32_t full0 = sbase + Tr::kBarOff, empty0 = full0 + S * 8;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
@@ -648,37 +607,25 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
     int64_t a_off[AR];
     int a_iy[AR], a_ix[AR];
 #pragma unroll
-    for (int i = 0; i < AR; ++i) {
-      const int64_t mg = m0 + rb + 64 * i;
-      a_off[i] = 0; a_iy[i] = -(1 << 30); a_ix[i] = 0;
-      if (mg < M) {
-        const int64_t n = mg / pix, rem = mg - n * pix;
-        const int64_t qy = rem / nqx, qx = rem - qy * nqx;
-        a_iy[i] = int(qy) * im_y + ia_y;
-        a_ix[i] = int(qx) * im_x + ia_x;
-        a_off[i] = n * prm.src.sn + g * prm.Kc + sub * E + int64_t(a_iy[i]) * prm.src.sh +
-                   int64_t(a_ix[i]) * prm.src.sw;
-      }
-    }
+    for (int i = 0; i < AR; ++i)
+      a_off[i] = a_row_source(prm, t, t.m0 + rb + 64 * i, sub * E, a_iy[i], a_ix[i]);
     const int64_t tap_stride = int64_t(Nc) * Kc;
-    const T* b_base = wpk + g * p.kh * p.kw * tap_stride + sub * E;
+    const T* b_base = wpk + t.g * p.kh * p.kw * tap_stride + sub * E;
     bool b_ok[BR];
 #pragma unroll
-    for (int i = 0; i < BR; ++i) b_ok[i] = n0 + rb + 64 * i < Nc;
+    for (int i = 0; i < BR; ++i) b_ok[i] = t.n0 + rb + 64 * i < Nc;
     const uint32_t uHs = uint32_t(prm.Hs), uWs = uint32_t(prm.Ws);
-    const int64_t ssh = prm.src.sh, ssw = prm.src.sw, kw = p.kw;
-    int l_jy = 0, l_jx = 0, l_ct = 0, l_dy = 0, l_dx = 0;
-    int64_t l_delta = 0, l_btap = (int64_t(k0y) * kw + k0x) * tap_stride;
+    TapCursor l(prm, t, tap_stride);
     for (int it = 0; it < iters; ++it) {
       const int s = it % S;
       if (it >= S) mbar_wait(empty0 + 8 * s, uint32_t((it / S - 1) & 1));
       const uint32_t sa = sbase + s * Tr::kStageBytes, sb = sa + BM * BKB;
-      const int c0 = l_ct * BK + sub * E;
+      const int c0 = l.ct * BK + sub * E;
 #pragma unroll
       for (int i = 0; i < AR; ++i) {
         const int r = rb + 64 * i;
-        const bool row_ok = uint32_t(a_iy[i] + l_dy) < uHs && uint32_t(a_ix[i] + l_dx) < uWs;
-        const T* ga = src + (a_off[i] + l_delta + l_ct * BK);
+        const bool row_ok = uint32_t(a_iy[i] + l.dy) < uHs && uint32_t(a_ix[i] + l.dx) < uWs;
+        const T* ga = src + (a_off[i] + l.delta + l.ct * BK);
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const bool ok = row_ok && c0 + 2 * c * E < Kc;
@@ -688,7 +635,7 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
 #pragma unroll
       for (int i = 0; i < BR; ++i) {
         const int r = rb + 64 * i;
-        const T* gb = b_base + (n0 + r) * Kc + (l_btap + l_ct * BK);
+        const T* gb = b_base + (t.n0 + r) * Kc + (l.btap + l.ct * BK);
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const bool ok = b_ok[i] && c0 + 2 * c * E < Kc;
@@ -696,18 +643,7 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
         }
       }
       mbar_arrive_cp_async(full0 + 8 * s);
-      if (++l_ct == kc_tiles) {
-        l_ct = 0;
-        if (++l_jx == ntap_x) {
-          l_jx = 0; l_dx = 0; ++l_jy; l_dy += it_y;
-          l_delta = int64_t(l_dy) * ssh;
-          l_btap = (int64_t(k0y + l_jy * ksy) * kw + k0x) * tap_stride;
-        } else {
-          l_dx += it_x;
-          l_delta += int64_t(it_x) * ssw;
-          l_btap += int64_t(ksx) * tap_stride;
-        }
-      }
+      l.advance(t, kc_tiles);
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // no exit with copies in flight
     return;
@@ -752,43 +688,21 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
       put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, cw * 128 + h * 64 + wq * 16 + (lane >> 2),
                                               j * 8 + 2 * (lane & 3), acc[h][j]);
   store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, Tr::kConsumers, kChanOut>(
-      prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, m0, n0, g, ry, rx, pix,
-      M);
+      prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
 }
 
 template <class Tr>
 cudaError_t run_ws(const IgemmParams& prm, cudaStream_t st) {
-  const int64_t mt = (prm.max_m + Tr::BM - 1) / Tr::BM;
-  const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
-  const int64_t blocks = mt * nt * prm.phases_y * prm.phases_x * prm.p.groups;
-  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-  const bool chan_out = prm.dst.sc == 1;
-  return BOOL_SWITCH(chan_out, kChan, [&] {
-    auto kern = tc_ws_kernel<Tr, kChan>;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Tr::kSmemBytes);
-    if (e != cudaSuccess) return e;
-    kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
-    return cudaGetLastError();
+  return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
+    return launch_tiles<Tr>(tc_ws_kernel<Tr, kChan>, prm, st);
   });
 }
 #endif  // CONVT2D_WGMMA
 
 template <class Tr>
 cudaError_t run_tc(const IgemmParams& prm, cudaStream_t st) {
-  const int64_t mt = (prm.max_m + Tr::BM - 1) / Tr::BM;
-  const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
-  const int64_t z = prm.phases_y * prm.phases_x * prm.p.groups;
-  const int64_t blocks = mt * nt * z;
-  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-  const bool chan_out = prm.dst.sc == 1;
-  return BOOL_SWITCH(chan_out, kChan, [&] {
-    auto kern = tc_igemm_kernel<Tr, kChan>;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         Tr::kSmemBytes);
-    if (e != cudaSuccess) return e;
-    kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
-    return cudaGetLastError();
+  return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
+    return launch_tiles<Tr>(tc_igemm_kernel<Tr, kChan>, prm, st);
   });
 }
 

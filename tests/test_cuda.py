@@ -253,3 +253,33 @@ def test_tensor_core_kernels_forced(cfg, dtype, layout, ws, monkeypatch):
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
     check(x, w, b, cfg.kwargs(), what=f"ws={ws} {layout} ")
+
+
+# grad_weight on tensor cores (tc_wgrad.cu): M = kh*kw*Cog mixes taps inside one tile, so
+# these shapes put tile edges mid-tap (Cog 24, 40), leave partial N tiles (Cig 40, 136 > the
+# 128-wide tile), use groups, strides, dilation, padding that crops taps, and a K
+# (N*H*W pixels) long enough for many split-K slices with a short last one. Each runs on the
+# tensor-core kernel and on the CUDA-core fallback (CONVT2D_KERNEL=v1), in every dtype,
+# fp32 with TF32 on and off (3xTF32).
+_WGRAD_CFGS = [
+    Cfg(4, 40, 24, 33, 29, k=3, stride=2, padding=1, output_padding=1, bias=False),
+    Cfg(2, 136, 40, 17, 19, k=(2, 3), stride=(2, 1), dilation=(1, 2)),
+    Cfg(3, 64, 32, 8, 9, k=5, stride=3, padding=2, groups=2),
+    Cfg(5, 64, 128, 61, 59, k=(3, 5), bias=False),
+    Cfg(2, 256, 128, 16, 16, k=4, stride=2, padding=1),
+]
+
+
+@pytest.mark.parametrize("kernel", ["tc", "v1"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-ieee"])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _WGRAD_CFGS, ids=lambda c: c.id())
+def test_grad_weight_kernels(cfg, dtype, layout, kernel, monkeypatch):
+    if kernel == "v1":
+        monkeypatch.setenv("CONVT2D_KERNEL", "v1")
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+    x, w, b = cfg.make(dt, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=dtype != "fp32-ieee"):
+        check(x, w, b, cfg.kwargs(), what=f"{kernel} {layout} {dtype} ")

@@ -131,6 +131,25 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
   check_launch(cuda::launch_igemm(prm, dt, math, st), "implicit GEMM");
 }
 
+// grad_weight on CUDA cores / WMMA (wgrad.cu): any dtype, layout and channel count.
+void run_wgrad_v1(cuda::WgradParams& prm, const at::Tensor& input, const at::Tensor& grad_output,
+                  DType dt, MathMode math, int sms, cudaStream_t st) {
+  const Problem& p = prm.p;
+  prm.x = ref(input);
+  prm.gout = ref(grad_output);
+  const int64_t bk = cuda::wgrad_tile_k(dt, math);
+  const int64_t ktiles = (p.N * p.H * p.W + bk - 1) / bk;
+  int64_t splits = cuda::wgrad_split_count(p, dt, math, sms);
+  const int64_t per = (ktiles + splits - 1) / splits;
+  prm.k_per_split = per * bk;
+  prm.splits = (ktiles + per - 1) / per;
+  auto acc_t = dt == DType::kDouble ? at::kDouble : at::kFloat;
+  auto ws = at::empty({prm.splits * p.groups * p.kh * p.kw * p.cin_g() * p.cout_g()},
+                      input.options().dtype(acc_t));
+  prm.workspace = ws.data_ptr();
+  check_launch(cuda::launch_wgrad(prm, dt, math, st), "grad_weight");
+}
+
 at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
                         const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                         at::IntArrayRef padding, at::IntArrayRef output_padding,
@@ -183,12 +202,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   const MathMode math = math_mode(input.scalar_type());
   cudaStream_t st = at::cuda::getCurrentCUDAStream();
   at::Tensor gi = not_requested(input), gw = not_requested(input), gb = not_requested(input);
+  const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+
+  // grad_weight on tensor cores reads x and grad_output channels-last; the
+  // channels-last grad_output is shared with grad_input (which reads it so too).
+  const int64_t chunk = dt == DType::kFloat ? 4 : 8;
+  const bool tc_wgrad = output_mask[1] && p.N > 0 && is_sm80_plus() && dt != DType::kDouble &&
+                        std::strcmp(kernel_override(), "v1") != 0 && p.cin_g() % chunk == 0 &&
+                        p.cout_g() % chunk == 0 && input.numel() > 0;
+  const at::Tensor gout = tc_wgrad ? to_channels_last(grad_output, st) : grad_output;
 
   if (output_mask[0]) {
     gi = at::empty(input.sizes(),
                    input.options().memory_format(suggest_memory_format(input, weight)));
     if (gi.numel() > 0) {
-      run_igemm(cuda::IgemmMode::kDgrad, grad_output, gi, weight, at::Tensor(), p, dt, math, st);
+      run_igemm(cuda::IgemmMode::kDgrad, gout, gi, weight, at::Tensor(), p, dt, math, st);
     }
   }
   if (output_mask[1]) {
@@ -196,23 +224,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
       gw = at::zeros(weight.sizes(), weight.options());
     } else {
       gw = at::empty(weight.sizes(), weight.options().memory_format(at::MemoryFormat::Contiguous));
-      const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
       cuda::WgradParams prm;
       prm.p = p;
-      prm.x = ref(input);
-      prm.gout = ref(grad_output);
       prm.gw = gw.data_ptr();
-      const int64_t bk = cuda::wgrad_tile_k(dt, math);
-      const int64_t ktiles = (p.N * p.H * p.W + bk - 1) / bk;
-      int64_t splits = cuda::wgrad_split_count(p, dt, math, sms);
-      const int64_t per = (ktiles + splits - 1) / splits;
-      prm.k_per_split = per * bk;
-      prm.splits = (ktiles + per - 1) / per;
-      auto acc_t = dt == DType::kDouble ? at::kDouble : at::kFloat;
-      auto ws = at::empty({prm.splits * p.groups * p.kh * p.kw * p.cin_g() * p.cout_g()},
-                          input.options().dtype(acc_t));
-      prm.workspace = ws.data_ptr();
-      check_launch(cuda::launch_wgrad(prm, dt, math, st), "grad_weight");
+      bool done = false;
+      if (tc_wgrad) {
+        const at::Tensor x2 = to_channels_last(input, st);
+        prm.x = ref(x2);
+        prm.gout = ref(gout);
+        if (cuda::tc_wgrad_supported(prm, dt)) {
+          const cuda::TcWgradPlan plan = cuda::tc_wgrad_plan(p, dt, math, sms);
+          prm.splits = plan.splits;
+          prm.k_per_split = plan.k_per_split;
+          auto ws = at::empty({plan.ws_elems}, input.options().dtype(at::kFloat));
+          prm.workspace = ws.data_ptr();
+          check_launch(cuda::launch_tc_wgrad(prm, dt, math, st), "grad_weight (tensor cores)");
+          done = true;
+        }
+      }
+      if (!done) run_wgrad_v1(prm, input, grad_output, dt, math, sms, st);
     }
     gw = gw.contiguous(weight.suggest_memory_format());
   }

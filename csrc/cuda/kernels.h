@@ -56,6 +56,14 @@ struct WgradParams {
   int64_t k_per_split = 0;    // pixels per split (multiple of the tile's BK)
 };
 
+// grad_weight on tensor cores (tc_wgrad.cu): x and grad_out read channels-last
+// (sc == 1, 16-byte aligned pixels); per group one GEMM with M = kh*kw*Cog
+// (m = tap*Cog + co), N = Cig, K = N*H*W, split-K into the fp32 workspace
+// [splits][G][M][N], then a fixed-order reduction into gw (deterministic).
+struct TcWgradPlan {
+  int64_t splits = 1, k_per_split = 0, ws_elems = 0;
+};
+
 // Direct CUDA-core forward for few channels per group (write-bandwidth-bound
 // shapes): one thread per output pixel, COB output channels per thread,
 // the group's weights staged in shared memory.
@@ -73,6 +81,9 @@ cudaError_t launch_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaSt
 bool tc_igemm_supported(const IgemmParams& prm, DType dt);
 cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
 cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
+bool tc_wgrad_supported(const WgradParams& prm, DType dt);
+TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms);
+cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
 
 // Contiguous NCHW -> contiguous NHWC (channels-last) copy (layout.cu).

@@ -1,0 +1,405 @@
+// grad_weight on tensor cores (mma.sync, sm_80+).
+//
+// Mapping (kernels.h, WgradParams): per group g one GEMM with a long K,
+//   C[m][n] = sum over input pixels k = (img, iy, ix) of A[m][k] * B[k][n]
+//   m = tap * Cog + co   (tap = ky * kw + kx)        M = kh * kw * Cog
+//   n = ci                                            N = Cig
+//   A[m][k] = grad_out[img, g*Cog + co, iy*sh - ph + ky*dh, ix*sw - pw + kx*dw]  (0 outside)
+//   B[k][n] = x[img, g*Cig + ci, iy, ix]
+// Both operands are read channels-last, so a 16-byte chunk is E consecutive
+// channels of one pixel and a shared-memory tile row is one pixel (one k):
+// the tiles are M- / N-major and are read with ldmatrix.trans (16-bit types)
+// or with conflict-free 32-bit loads (tf32). Putting the taps in M lets a
+// block load each x tile once for all the taps it covers.
+// Split-K: blockIdx.y takes k_per_split pixels and writes its partial C to
+// ws[split][g][m][n] (fp32); a second kernel sums the splits in a fixed
+// order into grad_weight [Cin][Cog][kh][kw] (deterministic).
+#include "cuda/kernels.h"
+#include "cuda/mma_core.cuh"
+#include "cuda/ptx.cuh"
+#include <algorithm>
+#include <cstdint>
+
+namespace convt2d {
+namespace cuda {
+namespace {
+
+// BM x BN tile, BK pixels per stage. 16-bit types: m16n8k16 with fragments
+// from ldmatrix.trans; fp32: m16n8k8 tf32 (kSplit: 3xTF32 for IEEE fp32).
+template <typename T_, int BM_, int BN_, int WARPS_M_, int WARPS_N_, int BK_, int STAGES_,
+          bool kSplit_>
+struct TwTraits {
+  using T = T_;
+  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
+  static constexpr int BK = BK_, STAGES = STAGES_;
+  static constexpr bool kSplit = kSplit_;
+  static constexpr bool kTF32 = sizeof(T) == 4;
+  static constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  static constexpr int E = 16 / int(sizeof(T));   // elements per 16-byte chunk
+  static constexpr int RA = BM * int(sizeof(T));  // bytes per A row (one pixel)
+  static constexpr int RB = BN * int(sizeof(T));
+  static constexpr int CHA = BM / E, CHB = BN / E;
+  // Swizzle: chunk c of row r at c ^ ((r & 7) << SH). 16-bit: ldmatrix reads
+  // 8 consecutive rows at one chunk. tf32: a warp reads rows t (4 of them) at
+  // 2 chunks; the shift by one keeps those 8 (row, chunk) pairs apart.
+  static constexpr int SH = kTF32 ? 1 : 0;
+  static constexpr int TPR = kThreads / BK;  // loader threads per pixel row
+  static constexpr int CPA = CHA / TPR, CPB = CHB / TPR;
+  static constexpr int KSTEP = kTF32 ? 8 : 16;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MI = WM / 16, NI = WN / 8;
+  static constexpr int kStageBytes = BK * (RA + RB);
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 128;
+  static_assert(CHA >= (8 << SH) && CHB >= (8 << SH), "swizzle needs 8 (tf32: 16) chunks a row");
+  static_assert(kThreads % BK == 0 && CHA % TPR == 0 && CHB % TPR == 0 && CPA >= 1 && CPB >= 1,
+                "loader");
+  static_assert(MI >= 1 && NI % 2 == 0 && BK % KSTEP == 0, "warp tile");
+  static_assert(!kSplit || kTF32, "3xTF32 is for fp32");
+};
+
+template <int SH>
+__device__ __forceinline__ uint32_t tw_swz(int row, int row_bytes, int chunk) {
+  return uint32_t(row * row_bytes + ((chunk ^ ((row & 7) << SH)) << 4));
+}
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParams prm) {
+  using T = typename Tr::T;
+  constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, S = Tr::STAGES;
+  constexpr int MI = Tr::MI, NI = Tr::NI, TPR = Tr::TPR, CPA = Tr::CPA, CPB = Tr::CPB;
+  constexpr int RA = Tr::RA, RB = Tr::RB, SH = Tr::SH;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sbase = (sraw + 127u) & ~127u;
+
+  const Problem& p = prm.p;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int Cig = int(p.cin_g()), Cog = int(p.cout_g()), kw = int(p.kw);
+  const int Mt = int(p.kh * p.kw) * Cog;
+  const int mtiles = (Mt + BM - 1) / BM, ntiles = (Cig + BN - 1) / BN;
+  int bid = blockIdx.x;
+  const int mtile = bid % mtiles;
+  bid /= mtiles;
+  const int ntile = bid % ntiles;
+  const int g = bid / ntiles;
+  const int m0 = mtile * BM, n0 = ntile * BN;
+  const int64_t K = p.N * p.H * p.W;
+  const int64_t k_begin = int64_t(blockIdx.y) * prm.k_per_split;
+  const int64_t k_end = min(K, k_begin + prm.k_per_split);
+  const int nk = k_begin < k_end ? int((k_end - k_begin + BK - 1) / BK) : 0;
+
+  const T* __restrict__ x = static_cast<const T*>(prm.x.ptr);
+  const T* __restrict__ go = static_cast<const T*>(prm.gout.ptr);
+
+  // ---- loader: pixel row tid / TPR, chunks lc + c*TPR of each row ---------------
+  // A chunk columns are fixed per thread, so their tap offsets are too.
+  const int lrow = tid / TPR, lc = tid % TPR;
+  int a_oy[CPA], a_ox[CPA];
+  int64_t a_ch[CPA];
+#pragma unroll
+  for (int c = 0; c < CPA; ++c) {
+    const int m = m0 + (lc + c * TPR) * E;
+    const int tap = m / Cog, co = m - tap * Cog;
+    const int ky = tap / kw, kx = tap - ky * kw;
+    a_oy[c] = m < Mt ? ky * int(p.dh) - int(p.ph) : -(1 << 30);  // invalid: fails the bounds test
+    a_ox[c] = kx * int(p.dw) - int(p.pw);
+    a_ch[c] = int64_t(g) * Cog + co;
+  }
+  bool b_ok[CPB];
+#pragma unroll
+  for (int c = 0; c < CPB; ++c) b_ok[c] = n0 + (lc + c * TPR) * E < Cig;
+  const uint32_t HW = uint32_t(p.H * p.W), Wd = uint32_t(p.W);
+  const uint32_t Ho = uint32_t(p.Ho), Wo = uint32_t(p.Wo);
+  const int sh = int(p.sh), sw = int(p.sw);
+  const int64_t xsn = prm.x.sn, xsh = prm.x.sh, xsw = prm.x.sw;
+  const int64_t gsn = prm.gout.sn, gsh = prm.gout.sh, gsw = prm.gout.sw;
+  const T* xg = x + int64_t(g) * Cig + n0;
+
+  auto load_stage = [&](int stage, int64_t kt) {
+    const uint32_t sa = sbase + stage * Tr::kStageBytes, sb = sa + BK * RA;
+    const int64_t k = kt + lrow;
+    const bool pv = k < k_end;
+    uint32_t img = 0, iy = 0, ix = 0;
+    if (pv) {
+      const uint32_t kk = uint32_t(k);
+      img = kk / HW;
+      const uint32_t r = kk - img * HW;
+      iy = r / Wd;
+      ix = r - iy * Wd;
+    }
+    const T* xr = xg + img * xsn + iy * xsh + ix * xsw;
+#pragma unroll
+    for (int c = 0; c < CPB; ++c) {
+      const int ch = lc + c * TPR;
+      const bool ok = pv && b_ok[c];
+      cp_async16(sb + tw_swz<SH>(lrow, RB, ch), ok ? xr + ch * E : x, ok ? 16 : 0);
+    }
+    const T* gr = go + img * gsn;
+#pragma unroll
+    for (int c = 0; c < CPA; ++c) {
+      const int ch = lc + c * TPR;
+      const int oy = int(iy) * sh + a_oy[c], ox = int(ix) * sw + a_ox[c];
+      const bool ok = pv && uint32_t(oy) < Ho && uint32_t(ox) < Wo;
+      cp_async16(sa + tw_swz<SH>(lrow, RA, ch),
+                 ok ? gr + oy * gsh + ox * gsw + a_ch[c] : go, ok ? 16 : 0);
+    }
+  };
+
+  // ---- fragment addresses within a stage (k-step 0; a k-step adds rows) ----------
+  const int wm = warp % Tr::WARPS_M, wn = warp / Tr::WARPS_M;
+  constexpr int NA = Tr::kTF32 ? 4 : 1, NB = Tr::kTF32 ? 2 : 1;
+  constexpr int NBJ = Tr::kTF32 ? NI : NI / 2;
+  uint32_t a_addr[MI][NA], b_addr[NBJ][NB];
+  if constexpr (!Tr::kTF32) {
+    // ldmatrix.x4.trans. A: matrices (k0-7, m0-7), (k0-7, m8-15), (k8-15, m0-7),
+    // (k8-15, m8-15) = a0..a3. B: (k0-7, n0-7), (k8-15, n0-7), (k0-7, n8-15),
+    // (k8-15, n8-15) = b[j][0], b[j][1], b[j+1][0], b[j+1][1].
+    const int ak = (lane & 7) + ((lane >> 4) << 3), am = ((lane >> 3) & 1) << 3;
+    const int bk = (lane & 7) + (((lane >> 3) & 1) << 3), bn = (lane >> 4) << 3;
+#pragma unroll
+    for (int i = 0; i < MI; ++i) a_addr[i][0] = tw_swz<SH>(ak, RA, (wm * Tr::WM + i * 16 + am) / E);
+#pragma unroll
+    for (int j = 0; j < NBJ; ++j)
+      b_addr[j][0] = BK * RA + tw_swz<SH>(bk, RB, (wn * Tr::WN + j * 16 + bn) / E);
+  } else {
+    // m16n8k8 tf32, t = lane & 3, q = lane >> 2: a0 = A[q][t], a1 = A[q+8][t],
+    // a2 = A[q][t+4], a3 = A[q+8][t+4]; b0 = B[t][q], b1 = B[t+4][q].
+    const int t = lane & 3, q = lane >> 2;
+    auto el = [&](int row, int row_bytes, int col) {
+      return tw_swz<SH>(row, row_bytes, col / 4) + uint32_t((col & 3) * 4);
+    };
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      const int m = wm * Tr::WM + i * 16 + q;
+      a_addr[i][0] = el(t, RA, m);
+      a_addr[i][1] = el(t, RA, m + 8);
+      a_addr[i][2] = el(t + 4, RA, m);
+      a_addr[i][3] = el(t + 4, RA, m + 8);
+    }
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int n = wn * Tr::WN + j * 8 + q;
+      b_addr[j][0] = BK * RA + el(t, RB, n);
+      b_addr[j][1] = BK * RA + el(t + 4, RB, n);
+    }
+  }
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nk) load_stage(s, k_begin + int64_t(s) * BK);
+    cp_async_commit();
+  }
+  int rd = 0, wr = S - 1;
+  for (int it = 0; it < nk; ++it) {
+    cp_async_wait<S - 2>();
+    __syncthreads();
+    if (it + S - 1 < nk) load_stage(wr, k_begin + int64_t(it + S - 1) * BK);
+    cp_async_commit();
+    wr = wr == S - 1 ? 0 : wr + 1;
+    const uint32_t st = sbase + rd * Tr::kStageBytes;
+    rd = rd == S - 1 ? 0 : rd + 1;
+    // 3xTF32: big*big and the cross terms of this stage in fresh partial sums,
+    // added to the total with fp32 adds (see tc_igemm.cu).
+    float part[MI][NI][4], pcross[MI][NI][4];
+    float(&tgt)[MI][NI][4] = *(Tr::kSplit ? &part : &acc);
+    if constexpr (Tr::kSplit) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[i][j][e] = pcross[i][j][e] = 0.f;
+    }
+#pragma unroll
+    for (int ks = 0; ks < BK / Tr::KSTEP; ++ks) {
+      uint32_t bfr[NI][2], bsm[Tr::kSplit ? NI : 1][2];
+      if constexpr (!Tr::kTF32) {
+        const uint32_t koff = uint32_t(ks * 16 * RB);
+#pragma unroll
+        for (int j = 0; j < NI / 2; ++j) {
+          uint32_t r[4];
+          ldmatrix_x4_trans(r, st + b_addr[j][0] + koff);
+          bfr[2 * j][0] = r[0]; bfr[2 * j][1] = r[1];
+          bfr[2 * j + 1][0] = r[2]; bfr[2 * j + 1][1] = r[3];
+        }
+      } else {
+        const uint32_t koff = uint32_t(ks * 8 * RB);
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            bfr[j][e] = lds32(st + b_addr[j][e] + koff);
+            if constexpr (Tr::kSplit) split_tf32(bfr[j][e], bsm[j][e]);
+            else bfr[j][e] = to_tf32(bfr[j][e]);
+          }
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        uint32_t af[4], asm_[4];
+        if constexpr (!Tr::kTF32) {
+          ldmatrix_x4_trans(af, st + a_addr[i][0] + uint32_t(ks * 16 * RA));
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            af[e] = lds32(st + a_addr[i][e] + uint32_t(ks * 8 * RA));
+            if constexpr (Tr::kSplit) split_tf32(af[e], asm_[e]);
+            else af[e] = to_tf32(af[e]);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+          if constexpr (Tr::kSplit) {
+            Mma<T>::run(pcross[i][j], asm_, bfr[j]);
+            Mma<T>::run(pcross[i][j], af, bsm[j]);
+          }
+          Mma<T>::run(tgt[i][j], af, bfr[j]);
+        }
+      }
+    }
+    if constexpr (Tr::kSplit) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc[i][j][e] += isfinite(part[i][j][e]) ? part[i][j][e] + pcross[i][j][e]
+                                                    : part[i][j][e];
+    }
+  }
+  cp_async_wait<0>();
+
+  // ---- partial C to ws[split][g][m][n] (fp32), two columns per store ------------
+  float* ws = static_cast<float*>(prm.workspace) +
+              (int64_t(blockIdx.y) * p.groups + g) * int64_t(Mt) * Cig;
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int m = m0 + wm * Tr::WM + i * 16 + (lane >> 2);
+      const int n = n0 + wn * Tr::WN + j * 8 + 2 * (lane & 3);
+      if (n >= Cig) continue;  // Cig is a multiple of E, so n + 1 < Cig too
+      if (m < Mt)
+        *reinterpret_cast<float2*>(ws + int64_t(m) * Cig + n) = make_float2(acc[i][j][0], acc[i][j][1]);
+      if (m + 8 < Mt)
+        *reinterpret_cast<float2*>(ws + int64_t(m + 8) * Cig + n) =
+            make_float2(acc[i][j][2], acc[i][j][3]);
+    }
+}
+
+// gw[g*Cig + ci][co][tap] = sum over s (in order) of ws[s][g][tap*Cog + co][ci];
+// threads walk ws in order (coalesced reads of every split).
+template <typename T>
+__global__ void tc_wgrad_reduce_kernel(const WgradParams prm) {
+  const Problem& p = prm.p;
+  const int64_t Cig = p.cin_g(), Cog = p.cout_g(), taps = p.kh * p.kw;
+  const int64_t Mt = taps * Cog, slice = p.groups * Mt * Cig;
+  const float* ws = static_cast<const float*>(prm.workspace);
+  T* gw = static_cast<T*>(prm.gw);
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < slice;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ci = e % Cig, m = (e / Cig) % Mt, g = e / (Cig * Mt);
+    const int64_t tap = m / Cog, co = m - tap * Cog;
+    float s = 0.f;
+    for (int64_t k = 0; k < prm.splits; ++k) s += ws[k * slice + e];
+    gw[((g * Cig + ci) * Cog + co) * taps + tap] = Cvt<T>::from_acc(s);
+  }
+}
+
+// Tile configurations. 16-bit and tf32: warp tiles 64x32 (4 warps for BN 64,
+// 8 for BN 128); 3xTF32 keeps three accumulator sets, so 32x32 warp tiles.
+template <typename T> using TwNarrow = TwTraits<T, 128, 64, 2, 2, sizeof(T) == 4 ? 16 : 32, 4, false>;
+template <typename T> using TwWide = TwTraits<T, 128, 128, 2, 4, sizeof(T) == 4 ? 16 : 32, 4, false>;
+using TwSplit = TwTraits<float, 128, 64, 4, 2, 16, 4, true>;
+
+struct TwShape { int bm, bn, bk; };
+TwShape tw_shape(const Problem& p, DType dt, MathMode math) {
+  const int bk = dt == DType::kFloat ? 16 : 32;
+  if (dt == DType::kFloat && math == MathMode::kIEEE) return {128, 64, bk};
+  return {128, p.cin_g() > 64 ? 128 : 64, bk};
+}
+
+template <class Tr>
+cudaError_t run_tw(const WgradParams& prm, cudaStream_t st) {
+  const Problem& p = prm.p;
+  const int64_t Mt = p.kh * p.kw * p.cout_g();
+  const int64_t gx = ((Mt + Tr::BM - 1) / Tr::BM) * ((p.cin_g() + Tr::BN - 1) / Tr::BN) * p.groups;
+  if (gx > 0x7fffffffLL || prm.splits > 65535) return cudaErrorInvalidConfiguration;
+  auto kern = tc_wgrad_kernel<Tr>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Tr::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  kern<<<dim3(unsigned(gx), unsigned(prm.splits)), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  const int64_t total = p.groups * Mt * p.cin_g();
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65536);
+  tc_wgrad_reduce_kernel<typename Tr::T><<<unsigned(blocks), 256, 0, st>>>(prm);
+  return cudaGetLastError();
+}
+
+bool aligned_cl(const TensorRef& t, int64_t e) {
+  return t.sc == 1 && t.sw % e == 0 && t.sh % e == 0 && t.sn % e == 0 &&
+         (reinterpret_cast<uintptr_t>(t.ptr) & 15) == 0;
+}
+
+}  // namespace
+
+bool tc_wgrad_supported(const WgradParams& prm, DType dt) {
+  if (dt == DType::kDouble) return false;
+  const Problem& p = prm.p;
+  const int64_t e = dt == DType::kFloat ? 4 : 8;
+  const int64_t K = p.N * p.H * p.W;
+  return p.cin_g() % e == 0 && p.cout_g() % e == 0 && aligned_cl(prm.x, e) &&
+         aligned_cl(prm.gout, e) && K > 0 && K < (int64_t(1) << 31) - 1024 &&
+         p.kh * p.kw * p.cout_g() < (int64_t(1) << 30) && p.Ho < (1 << 30) && p.Wo < (1 << 30) &&
+         p.H * p.sh < (1 << 30) && p.W * p.sw < (1 << 30);
+}
+
+TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms) {
+  const TwShape s = tw_shape(p, dt, math);
+  const int64_t Mt = p.kh * p.kw * p.cout_g();
+  const int64_t tiles = ((Mt + s.bm - 1) / s.bm) * ((p.cin_g() + s.bn - 1) / s.bn) * p.groups;
+  const int64_t K = p.N * p.H * p.W;
+  const int64_t ktiles = (K + s.bk - 1) / s.bk;
+  // About four resident blocks per SM; each split at least 16 k-tiles; each
+  // fp32 partial sum at most 2^20 pixels long; workspace at most 256 MiB.
+  int64_t splits = (4 * int64_t(num_sms) + tiles - 1) / tiles;
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, ktiles / 16));
+  const int64_t cap = (int64_t(1) << 20) / s.bk;
+  splits = std::max<int64_t>(splits, (ktiles + cap - 1) / cap);
+  const int64_t slice = p.groups * Mt * p.cin_g();
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, (int64_t(1) << 26) / slice));
+  splits = std::max<int64_t>(1, std::min<int64_t>(splits, 65535));
+  const int64_t per = (ktiles + splits - 1) / splits;
+  TcWgradPlan plan;
+  plan.k_per_split = per * s.bk;
+  plan.splits = (ktiles + per - 1) / per;
+  plan.ws_elems = plan.splits * slice;
+  return plan;
+}
+
+cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st) {
+  const bool wide = tw_shape(prm.p, dt, math).bn == 128;
+  switch (dt) {
+    case DType::kHalf:
+      return wide ? run_tw<TwWide<__half>>(prm, st) : run_tw<TwNarrow<__half>>(prm, st);
+    case DType::kBFloat16:
+      return wide ? run_tw<TwWide<__nv_bfloat16>>(prm, st)
+                  : run_tw<TwNarrow<__nv_bfloat16>>(prm, st);
+    case DType::kFloat:
+      if (math == MathMode::kIEEE) return run_tw<TwSplit>(prm, st);
+      return wide ? run_tw<TwWide<float>>(prm, st) : run_tw<TwNarrow<float>>(prm, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace cuda
+}  // namespace convt2d

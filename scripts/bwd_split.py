@@ -1,6 +1,6 @@
 """Backward split timing (GPU): grad_input only, grad_weight only, both; torch vs convt2d,
 same process, triton do_bench median, fresh inputs per row.
-Usage: python scripts/bwd_split.py [rows...]   (BS_DTYPES=fp32,bf16,fp16,ieee)"""
+Usage: python scripts/bwd_split.py [rows...]   (BS_DTYPES=fp32,bf16,fp16,ieee; BS_MASKS=gi,gw,both)"""
 import os
 import sys
 
@@ -12,6 +12,7 @@ from convt2d.bench import SUITE
 
 rows = [a for a in sys.argv[1:] if not a.startswith("--")]
 dts = os.environ.get("BS_DTYPES", "fp32,bf16,ieee").split(",")
+masks = os.environ.get("BS_MASKS", "gi,gw,both").split(",")
 DT = {"fp32": torch.float32, "ieee": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 torch.manual_seed(0)
 
@@ -37,6 +38,8 @@ for cfg in SUITE:
                 output_padding, groups, [False, True, False])[1] if cfg.N * cfg.H * cfg.W < 1e6 else None
             for name, mask in (("gi", [True, False, False]), ("gw", [False, True, False]),
                                ("both", [True, True, False])):
+                if name not in masks:
+                    continue
                 ft = lambda: torch.ops.aten.convolution_backward(  # noqa: E731
                     gy, x, w, None, stride, padding, dilation, True, output_padding, groups, mask)
                 fo = lambda: torch.ops.convt2d.backward(  # noqa: E731

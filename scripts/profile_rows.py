@@ -1,4 +1,6 @@
-"""Run one suite row's forward a few times (for ncu): python scripts/profile_rows.py seedA bf16"""
+"""Run one suite row a few times (for ncu): python scripts/profile_rows.py seedA bf16
+PROFILE_PASS=fwd (default) | gi | gw | bwd picks the forward or the backward gradients."""
+import os
 import sys
 
 import torch
@@ -6,10 +8,21 @@ import torch
 import convt2d
 from convt2d.bench import SUITE  # noqa: F401
 
-name, dt = sys.argv[1], {"fp32": torch.float32, "bf16": torch.bfloat16}[sys.argv[2]]
+name, dt = sys.argv[1], {"fp32": torch.float32, "bf16": torch.bfloat16,
+                         "fp16": torch.float16}[sys.argv[2]]
 cfg = {c.name: c for c in SUITE}[name]
 x = torch.randn(cfg.N, cfg.Cin, cfg.H, cfg.W, device="cuda", dtype=dt)
 w = torch.randn(cfg.Cin, cfg.Cout // cfg.groups, *cfg.k, device="cuda", dtype=dt)
-for _ in range(2):
-    convt2d.forward(x, w, None, *cfg.args())
+mode = os.environ.get("PROFILE_PASS", "fwd")
+if mode == "fwd":
+    for _ in range(2):
+        convt2d.forward(x, w, None, *cfg.args())
+else:
+    stride, padding, output_padding, groups, dilation = cfg.args()
+    gy = torch.randn_like(convt2d.forward(x, w, None, *cfg.args()))
+    mask = {"gi": [True, False, False], "gw": [False, True, False],
+            "bwd": [True, True, False]}[mode]
+    for _ in range(2):
+        torch.ops.convt2d.backward(gy, x, w, stride, padding, output_padding, groups, dilation,
+                                   mask)
 torch.cuda.synchronize()

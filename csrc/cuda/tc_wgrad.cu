@@ -19,6 +19,8 @@
 #include "cuda/ptx.cuh"
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace convt2d {
 namespace cuda {
@@ -91,10 +93,15 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
   const T* __restrict__ go = static_cast<const T*>(prm.gout.ptr);
 
   // ---- loader: pixel row tid / TPR, chunks lc + c*TPR of each row ---------------
-  // A chunk columns are fixed per thread, so their tap offsets are too.
+  // Both tensors are channels-last contiguous (the glue checks): x's pixel k
+  // starts at k*Cin; grad_out's pixel (img, oy, ox) at ((img*Ho + oy)*Wo + ox)*Cout.
+  // A chunk columns are fixed per thread, so their tap offsets are too; the
+  // thread's pixel advances by BK a stage (mixed-radix add, no division).
   const int lrow = tid / TPR, lc = tid % TPR;
+  const int Ho = int(p.Ho), Wo = int(p.Wo), H = int(p.H), W = int(p.W);
+  const int sh = int(p.sh), sw = int(p.sw);
   int a_oy[CPA], a_ox[CPA];
-  int64_t a_ch[CPA];
+  int64_t a_off[CPA];
 #pragma unroll
   for (int c = 0; c < CPA; ++c) {
     const int m = m0 + (lc + c * TPR) * E;
@@ -102,46 +109,55 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
     const int ky = tap / kw, kx = tap - ky * kw;
     a_oy[c] = m < Mt ? ky * int(p.dh) - int(p.ph) : -(1 << 30);  // invalid: fails the bounds test
     a_ox[c] = kx * int(p.dw) - int(p.pw);
-    a_ch[c] = int64_t(g) * Cog + co;
+    a_off[c] = (int64_t(m < Mt ? a_oy[c] : 0) * Wo + a_ox[c]) * p.Cout + int64_t(g) * Cog + co;
   }
   bool b_ok[CPB];
 #pragma unroll
   for (int c = 0; c < CPB; ++c) b_ok[c] = n0 + (lc + c * TPR) * E < Cig;
-  const uint32_t HW = uint32_t(p.H * p.W), Wd = uint32_t(p.W);
-  const uint32_t Ho = uint32_t(p.Ho), Wo = uint32_t(p.Wo);
-  const int sh = int(p.sh), sw = int(p.sw);
-  const int64_t xsn = prm.x.sn, xsh = prm.x.sh, xsw = prm.x.sw;
-  const int64_t gsn = prm.gout.sn, gsh = prm.gout.sh, gsw = prm.gout.sw;
-  const T* xg = x + int64_t(g) * Cig + n0;
+  // Cursor: pixel k = (img, iy, ix), and pixels left in this split.
+  int k = int(k_begin) + lrow, left = int(k_end - k_begin) - lrow;
+  int img = 0, iy = 0, ix = 0;
+  if (left > 0) {
+    img = k / (H * W);
+    const int r = k - img * (H * W);
+    iy = r / W;
+    ix = r - iy * W;
+  }
+  const int step_x = BK % W, step_y = (BK / W) % H, step_n = BK / (H * W);
+  const T* xr = x + int64_t(k) * p.Cin + int64_t(g) * Cig + n0 + lc * E;
+  // grad_out offset of (img, iy*sh, ix*sw), kept up to date with adds only:
+  // per stage + D, and on a carry out of ix (iy) the row (image) correction.
+  const int64_t C = p.Cout, rowC = int64_t(sh) * Wo * C, imgC = int64_t(Ho) * Wo * C;
+  const int64_t D = int64_t(step_x) * sw * C + step_y * rowC + step_n * imgC;
+  const int64_t CX = rowC - int64_t(W) * sw * C, CY = imgC - int64_t(H) * rowC;
+  int64_t gofs = (int64_t(img) * Ho + int64_t(iy) * sh) * Wo * C + int64_t(ix) * sw * C;
 
-  auto load_stage = [&](int stage, int64_t kt) {
+  auto load_stage = [&](int stage) {
     const uint32_t sa = sbase + stage * Tr::kStageBytes, sb = sa + BK * RA;
-    const int64_t k = kt + lrow;
-    const bool pv = k < k_end;
-    uint32_t img = 0, iy = 0, ix = 0;
-    if (pv) {
-      const uint32_t kk = uint32_t(k);
-      img = kk / HW;
-      const uint32_t r = kk - img * HW;
-      iy = r / Wd;
-      ix = r - iy * Wd;
-    }
-    const T* xr = xg + img * xsn + iy * xsh + ix * xsw;
+    const bool pv = left > 0;
 #pragma unroll
     for (int c = 0; c < CPB; ++c) {
       const int ch = lc + c * TPR;
       const bool ok = pv && b_ok[c];
-      cp_async16(sb + tw_swz<SH>(lrow, RB, ch), ok ? xr + ch * E : x, ok ? 16 : 0);
+      cp_async16(sb + tw_swz<SH>(lrow, RB, ch), ok ? xr + c * TPR * E : x, ok ? 16 : 0);
     }
-    const T* gr = go + img * gsn;
+    const int oy0 = iy * sh, ox0 = ix * sw;
 #pragma unroll
     for (int c = 0; c < CPA; ++c) {
       const int ch = lc + c * TPR;
-      const int oy = int(iy) * sh + a_oy[c], ox = int(ix) * sw + a_ox[c];
-      const bool ok = pv && uint32_t(oy) < Ho && uint32_t(ox) < Wo;
-      cp_async16(sa + tw_swz<SH>(lrow, RA, ch),
-                 ok ? gr + oy * gsh + ox * gsw + a_ch[c] : go, ok ? 16 : 0);
+      const bool ok = pv && uint32_t(oy0 + a_oy[c]) < uint32_t(Ho) &&
+                      uint32_t(ox0 + a_ox[c]) < uint32_t(Wo);
+      const T* src = go + (gofs + a_off[c]);
+      cp_async16(sa + tw_swz<SH>(lrow, RA, ch), ok ? src : go, ok ? 16 : 0);
     }
+    // advance by BK pixels
+    left -= BK;
+    xr += int64_t(BK) * p.Cin;
+    gofs += D;
+    ix += step_x;
+    if (ix >= W) { ix -= W; ++iy; gofs += CX; }
+    iy += step_y;
+    if (iy >= H) { iy -= H; gofs += CY; }
   };
 
   // ---- fragment addresses within a stage (k-step 0; a k-step adds rows) ----------
@@ -193,14 +209,14 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
 
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < nk) load_stage(s, k_begin + int64_t(s) * BK);
+    if (s < nk) load_stage(s);
     cp_async_commit();
   }
   int rd = 0, wr = S - 1;
   for (int it = 0; it < nk; ++it) {
     cp_async_wait<S - 2>();
     __syncthreads();
-    if (it + S - 1 < nk) load_stage(wr, k_begin + int64_t(it + S - 1) * BK);
+    if (it + S - 1 < nk) load_stage(wr);
     cp_async_commit();
     wr = wr == S - 1 ? 0 : wr + 1;
     const uint32_t st = sbase + rd * Tr::kStageBytes;
@@ -319,11 +335,27 @@ template <typename T> using TwNarrow = TwTraits<T, 128, 64, 2, 2, sizeof(T) == 4
 template <typename T> using TwWide = TwTraits<T, 128, 128, 2, 4, sizeof(T) == 4 ? 16 : 32, 4, false>;
 using TwSplit = TwTraits<float, 128, 64, 4, 2, 16, 4, true>;
 
+template <typename T> using TwTall = TwTraits<T, 256, 64, 4, 2, sizeof(T) == 4 ? 16 : 32, 4, false>;
+
+// CONVT2D_TW_TILE = narrow | wide | tall overrides the choice (A/B timing).
+enum class TwTile { kNarrow, kWide, kTall, kSplit };
+TwTile tw_tile(const Problem& p, DType dt, MathMode math) {
+  if (dt == DType::kFloat && math == MathMode::kIEEE) return TwTile::kSplit;
+  if (const char* e = std::getenv("CONVT2D_TW_TILE")) {
+    if (!std::strcmp(e, "narrow")) return TwTile::kNarrow;
+    if (!std::strcmp(e, "wide")) return TwTile::kWide;
+    if (!std::strcmp(e, "tall")) return TwTile::kTall;
+  }
+  return p.cin_g() > 64 ? TwTile::kWide : TwTile::kNarrow;
+}
 struct TwShape { int bm, bn, bk; };
 TwShape tw_shape(const Problem& p, DType dt, MathMode math) {
   const int bk = dt == DType::kFloat ? 16 : 32;
-  if (dt == DType::kFloat && math == MathMode::kIEEE) return {128, 64, bk};
-  return {128, p.cin_g() > 64 ? 128 : 64, bk};
+  switch (tw_tile(p, dt, math)) {
+    case TwTile::kWide: return {128, 128, bk};
+    case TwTile::kTall: return {256, 64, bk};
+    default: return {128, 64, bk};
+  }
 }
 
 template <class Tr>
@@ -345,9 +377,10 @@ cudaError_t run_tw(const WgradParams& prm, cudaStream_t st) {
   return cudaGetLastError();
 }
 
-bool aligned_cl(const TensorRef& t, int64_t e) {
-  return t.sc == 1 && t.sw % e == 0 && t.sh % e == 0 && t.sn % e == 0 &&
-         (reinterpret_cast<uintptr_t>(t.ptr) & 15) == 0;
+// Channels-last contiguous (size-1 dims may carry any stride) and 16-byte aligned.
+bool dense_cl(const TensorRef& t, int64_t N, int64_t C, int64_t H, int64_t W) {
+  return (reinterpret_cast<uintptr_t>(t.ptr) & 15) == 0 && (C == 1 || t.sc == 1) &&
+         (W == 1 || t.sw == C) && (H == 1 || t.sh == W * C) && (N == 1 || t.sn == H * W * C);
 }
 
 }  // namespace
@@ -357,8 +390,8 @@ bool tc_wgrad_supported(const WgradParams& prm, DType dt) {
   const Problem& p = prm.p;
   const int64_t e = dt == DType::kFloat ? 4 : 8;
   const int64_t K = p.N * p.H * p.W;
-  return p.cin_g() % e == 0 && p.cout_g() % e == 0 && aligned_cl(prm.x, e) &&
-         aligned_cl(prm.gout, e) && K > 0 && K < (int64_t(1) << 31) - 1024 &&
+  return p.cin_g() % e == 0 && p.cout_g() % e == 0 && dense_cl(prm.x, p.N, p.Cin, p.H, p.W) &&
+         dense_cl(prm.gout, p.N, p.Cout, p.Ho, p.Wo) && K > 0 && K < (int64_t(1) << 31) - 1024 &&
          p.kh * p.kw * p.cout_g() < (int64_t(1) << 30) && p.Ho < (1 << 30) && p.Wo < (1 << 30) &&
          p.H * p.sh < (1 << 30) && p.W * p.sw < (1 << 30);
 }
@@ -387,16 +420,20 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
 }
 
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st) {
-  const bool wide = tw_shape(prm.p, dt, math).bn == 128;
+  const TwTile tile = tw_tile(prm.p, dt, math);
+  auto run16 = [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    switch (tile) {
+      case TwTile::kWide: return run_tw<TwWide<T>>(prm, st);
+      case TwTile::kTall: return run_tw<TwTall<T>>(prm, st);
+      case TwTile::kSplit: return run_tw<TwSplit>(prm, st);
+      default: return run_tw<TwNarrow<T>>(prm, st);
+    }
+  };
   switch (dt) {
-    case DType::kHalf:
-      return wide ? run_tw<TwWide<__half>>(prm, st) : run_tw<TwNarrow<__half>>(prm, st);
-    case DType::kBFloat16:
-      return wide ? run_tw<TwWide<__nv_bfloat16>>(prm, st)
-                  : run_tw<TwNarrow<__nv_bfloat16>>(prm, st);
-    case DType::kFloat:
-      if (math == MathMode::kIEEE) return run_tw<TwSplit>(prm, st);
-      return wide ? run_tw<TwWide<float>>(prm, st) : run_tw<TwNarrow<float>>(prm, st);
+    case DType::kHalf: return run16(__half());
+    case DType::kBFloat16: return run16(__nv_bfloat16());
+    case DType::kFloat: return run16(float());
     default: return cudaErrorInvalidValue;
   }
 }

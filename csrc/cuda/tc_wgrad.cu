@@ -38,29 +38,36 @@ struct TwTraits {
   static constexpr bool kTF32 = sizeof(T) == 4;
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
   static constexpr int E = 16 / int(sizeof(T));   // elements per 16-byte chunk
-  static constexpr int RA = BM * int(sizeof(T));  // bytes per A row (one pixel)
-  static constexpr int RB = BN * int(sizeof(T));
+  // Tile rows are one pixel (one k) of BM (BN) channels. 16-bit: chunk c of
+  // row r stored at c ^ (r & 7), so ldmatrix's 8 consecutive rows at one chunk
+  // hit 8 distinct 16-byte bank groups. tf32: rows padded by 32 bytes, so a
+  // warp's rows t = 0..3 at 8 consecutive floats hit banks 8t + q, all
+  // distinct, and every fragment address is a base plus an immediate. (The
+  // pad for 16-bit rows measured slower: more registers, one block less per SM.)
+  static constexpr int PAD = kTF32 ? 32 : 0;
+  static constexpr int RA = BM * int(sizeof(T)) + PAD;  // bytes per A row (one pixel)
+  static constexpr int RB = BN * int(sizeof(T)) + PAD;
   static constexpr int CHA = BM / E, CHB = BN / E;
-  // Swizzle: chunk c of row r at c ^ ((r & 7) << SH). 16-bit: ldmatrix reads
-  // 8 consecutive rows at one chunk. tf32: a warp reads rows t (4 of them) at
-  // 2 chunks; the shift by one keeps those 8 (row, chunk) pairs apart.
-  static constexpr int SH = kTF32 ? 1 : 0;
   static constexpr int TPR = kThreads / BK;  // loader threads per pixel row
   static constexpr int CPA = CHA / TPR, CPB = CHB / TPR;
   static constexpr int KSTEP = kTF32 ? 8 : 16;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MI = WM / 16, NI = WN / 8;
   static constexpr int kStageBytes = BK * (RA + RB);
   static constexpr int kSmemBytes = STAGES * kStageBytes + 128;
-  static_assert(CHA >= (8 << SH) && CHB >= (8 << SH), "swizzle needs 8 (tf32: 16) chunks a row");
+  static_assert((BM * sizeof(T)) % 128 == 0 && (BN * sizeof(T)) % 128 == 0,
+                "swizzle / pad bank math needs rows of whole 128-byte lines");
   static_assert(kThreads % BK == 0 && CHA % TPR == 0 && CHB % TPR == 0 && CPA >= 1 && CPB >= 1,
                 "loader");
   static_assert(MI >= 1 && NI % 2 == 0 && BK % KSTEP == 0, "warp tile");
   static_assert(!kSplit || kTF32, "3xTF32 is for fp32");
 };
 
-template <int SH>
-__device__ __forceinline__ uint32_t tw_swz(int row, int row_bytes, int chunk) {
-  return uint32_t(row * row_bytes + ((chunk ^ ((row & 7) << SH)) << 4));
+
+// Byte offset of 16-byte chunk ch of tile row `row` (see TwTraits).
+template <class Tr>
+__device__ __forceinline__ uint32_t tw_chunk(int row, int row_bytes, int ch) {
+  if constexpr (Tr::kTF32) return uint32_t(row * row_bytes + ch * 16);
+  else return uint32_t(row * row_bytes + ((ch ^ (row & 7)) << 4));
 }
 
 template <class Tr>
@@ -68,7 +75,7 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
   using T = typename Tr::T;
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, S = Tr::STAGES;
   constexpr int MI = Tr::MI, NI = Tr::NI, TPR = Tr::TPR, CPA = Tr::CPA, CPB = Tr::CPB;
-  constexpr int RA = Tr::RA, RB = Tr::RB, SH = Tr::SH;
+  constexpr int RA = Tr::RA, RB = Tr::RB;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t sbase = (sraw + 127u) & ~127u;
@@ -139,7 +146,7 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
     for (int c = 0; c < CPB; ++c) {
       const int ch = lc + c * TPR;
       const bool ok = pv && b_ok[c];
-      cp_async16(sb + tw_swz<SH>(lrow, RB, ch), ok ? xr + c * TPR * E : x, ok ? 16 : 0);
+      cp_async16(sb + tw_chunk<Tr>(lrow, RB, ch), ok ? xr + c * TPR * E : x, ok ? 16 : 0);
     }
     const int oy0 = iy * sh, ox0 = ix * sw;
 #pragma unroll
@@ -148,7 +155,7 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
       const bool ok = pv && uint32_t(oy0 + a_oy[c]) < uint32_t(Ho) &&
                       uint32_t(ox0 + a_ox[c]) < uint32_t(Wo);
       const T* src = go + (gofs + a_off[c]);
-      cp_async16(sa + tw_swz<SH>(lrow, RA, ch), ok ? src : go, ok ? 16 : 0);
+      cp_async16(sa + tw_chunk<Tr>(lrow, RA, ch), ok ? src : go, ok ? 16 : 0);
     }
     // advance by BK pixels
     left -= BK;
@@ -164,6 +171,8 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
   const int wm = warp % Tr::WARPS_M, wn = warp / Tr::WARPS_M;
   constexpr int NA = Tr::kTF32 ? 4 : 1, NB = Tr::kTF32 ? 2 : 1;
   constexpr int NBJ = Tr::kTF32 ? NI : NI / 2;
+  // Per-lane fragment addresses within a stage (k-step 0; a k-step adds rows,
+  // which keeps row & 7).
   uint32_t a_addr[MI][NA], b_addr[NBJ][NB];
   if constexpr (!Tr::kTF32) {
     // ldmatrix.x4.trans. A: matrices (k0-7, m0-7), (k0-7, m8-15), (k8-15, m0-7),
@@ -172,30 +181,27 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
     const int ak = (lane & 7) + ((lane >> 4) << 3), am = ((lane >> 3) & 1) << 3;
     const int bk = (lane & 7) + (((lane >> 3) & 1) << 3), bn = (lane >> 4) << 3;
 #pragma unroll
-    for (int i = 0; i < MI; ++i) a_addr[i][0] = tw_swz<SH>(ak, RA, (wm * Tr::WM + i * 16 + am) / E);
+    for (int i = 0; i < MI; ++i) a_addr[i][0] = tw_chunk<Tr>(ak, RA, (wm * Tr::WM + i * 16 + am) / E);
 #pragma unroll
     for (int j = 0; j < NBJ; ++j)
-      b_addr[j][0] = BK * RA + tw_swz<SH>(bk, RB, (wn * Tr::WN + j * 16 + bn) / E);
+      b_addr[j][0] = BK * RA + tw_chunk<Tr>(bk, RB, (wn * Tr::WN + j * 16 + bn) / E);
   } else {
     // m16n8k8 tf32, t = lane & 3, q = lane >> 2: a0 = A[q][t], a1 = A[q+8][t],
     // a2 = A[q][t+4], a3 = A[q+8][t+4]; b0 = B[t][q], b1 = B[t+4][q].
     const int t = lane & 3, q = lane >> 2;
-    auto el = [&](int row, int row_bytes, int col) {
-      return tw_swz<SH>(row, row_bytes, col / 4) + uint32_t((col & 3) * 4);
-    };
+    const uint32_t a0 = uint32_t(t * RA + (wm * Tr::WM + q) * 4);
+    const uint32_t b0 = uint32_t(BK * RA + t * RB + (wn * Tr::WN + q) * 4);
 #pragma unroll
     for (int i = 0; i < MI; ++i) {
-      const int m = wm * Tr::WM + i * 16 + q;
-      a_addr[i][0] = el(t, RA, m);
-      a_addr[i][1] = el(t, RA, m + 8);
-      a_addr[i][2] = el(t + 4, RA, m);
-      a_addr[i][3] = el(t + 4, RA, m + 8);
+      a_addr[i][0] = a0 + i * 64;
+      a_addr[i][1] = a0 + i * 64 + 32;
+      a_addr[i][2] = a0 + i * 64 + 4 * RA;
+      a_addr[i][3] = a0 + i * 64 + 4 * RA + 32;
     }
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
-      const int n = wn * Tr::WN + j * 8 + q;
-      b_addr[j][0] = BK * RA + el(t, RB, n);
-      b_addr[j][1] = BK * RA + el(t + 4, RB, n);
+      b_addr[j][0] = b0 + j * 32;
+      b_addr[j][1] = b0 + j * 32 + 4 * RB;
     }
   }
 
@@ -336,24 +342,31 @@ template <typename T> using TwWide = TwTraits<T, 128, 128, 2, 4, sizeof(T) == 4 
 using TwSplit = TwTraits<float, 128, 64, 4, 2, 16, 4, true>;
 
 template <typename T> using TwTall = TwTraits<T, 256, 64, 4, 2, sizeof(T) == 4 ? 16 : 32, 4, false>;
+// 64x64 warp tiles (4 warps): fewer fragment loads per mma, fewer blocks per SM.
+template <typename T> using TwBigTall = TwTraits<T, 256, 64, 4, 1, sizeof(T) == 4 ? 16 : 32, 3, false>;
+template <typename T> using TwBigWide = TwTraits<T, 128, 128, 2, 2, sizeof(T) == 4 ? 16 : 32, 4, false>;
 
 // CONVT2D_TW_TILE = narrow | wide | tall overrides the choice (A/B timing).
-enum class TwTile { kNarrow, kWide, kTall, kSplit };
+enum class TwTile { kNarrow, kWide, kTall, kBigTall, kBigWide, kSplit };
 TwTile tw_tile(const Problem& p, DType dt, MathMode math) {
   if (dt == DType::kFloat && math == MathMode::kIEEE) return TwTile::kSplit;
   if (const char* e = std::getenv("CONVT2D_TW_TILE")) {
     if (!std::strcmp(e, "narrow")) return TwTile::kNarrow;
     if (!std::strcmp(e, "wide")) return TwTile::kWide;
     if (!std::strcmp(e, "tall")) return TwTile::kTall;
+    if (!std::strcmp(e, "bigtall")) return TwTile::kBigTall;
+    if (!std::strcmp(e, "bigwide")) return TwTile::kBigWide;
   }
-  return p.cin_g() > 64 ? TwTile::kWide : TwTile::kNarrow;
+  // Measured on the suite (docs/perf-notes.md, v3.2): 64x64 warp tiles win in
+  // every dtype; 128 channels of ci per tile once there are that many.
+  return p.cin_g() > 64 ? TwTile::kBigWide : TwTile::kBigTall;
 }
 struct TwShape { int bm, bn, bk; };
 TwShape tw_shape(const Problem& p, DType dt, MathMode math) {
   const int bk = dt == DType::kFloat ? 16 : 32;
   switch (tw_tile(p, dt, math)) {
-    case TwTile::kWide: return {128, 128, bk};
-    case TwTile::kTall: return {256, 64, bk};
+    case TwTile::kWide: case TwTile::kBigWide: return {128, 128, bk};
+    case TwTile::kTall: case TwTile::kBigTall: return {256, 64, bk};
     default: return {128, 64, bk};
   }
 }
@@ -426,6 +439,8 @@ cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cud
     switch (tile) {
       case TwTile::kWide: return run_tw<TwWide<T>>(prm, st);
       case TwTile::kTall: return run_tw<TwTall<T>>(prm, st);
+      case TwTile::kBigTall: return run_tw<TwBigTall<T>>(prm, st);
+      case TwTile::kBigWide: return run_tw<TwBigWide<T>>(prm, st);
       case TwTile::kSplit: return run_tw<TwSplit>(prm, st);
       default: return run_tw<TwNarrow<T>>(prm, st);
     }

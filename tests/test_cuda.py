@@ -283,3 +283,51 @@ def test_grad_weight_kernels(cfg, dtype, layout, kernel, monkeypatch):
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=dtype != "fp32-ieee"):
         check(x, w, b, cfg.kwargs(), what=f"{kernel} {layout} {dtype} ")
+
+
+# torch.backends.cudnn.benchmark = True: the first call of a shape times every kernel choice
+# (direct / implicit GEMM / warp-specialised GEMM forward, both grad_input kernels, every
+# grad_weight tile) on the real output buffers, then runs the winner; later calls and CUDA
+# graph captures use the cached choice. Results must be right on the tuning call, on cached
+# calls, and when replaying a graph captured after tuning.
+_TUNE_CFGS = [
+    _WGRAD_CFGS[0], _WGRAD_CFGS[2], _WS_CFGS[1], CFG,
+    Cfg(2, 16, 8, 20, 24, k=3, stride=2, padding=1, bias=True),  # direct-kernel territory
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _TUNE_CFGS, ids=lambda c: c.id())
+def test_autotune_cudnn_benchmark(cfg, dtype, layout):
+    with torch.backends.cudnn.flags(enabled=True, benchmark=True):
+        for it in range(2):  # tuning call, then the cached choice
+            x, w, b = cfg.make(dtype, "cuda")
+            if layout == "channels_last":
+                x = x.contiguous(memory_format=torch.channels_last)
+            check(x, w, b, cfg.kwargs(), what=f"benchmark call {it} {layout} ")
+
+
+def test_autotune_then_graph_capture():
+    cfg = _WS_CFGS[1]
+    dtype = torch.bfloat16
+    with torch.backends.cudnn.flags(enabled=True, benchmark=True):
+        x, w, b = cfg.make(dtype, "cuda")
+        convt2d.forward(x, w, b, **cfg.kwargs())  # tunes
+        sx = x.clone()
+        torch.cuda.synchronize()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            convt2d.forward(sx, w, b, **cfg.kwargs())
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = convt2d.forward(sx, w, b, **cfg.kwargs())
+        for _ in range(2):
+            sx.copy_(torch.randn_like(sx))
+            out.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            ref, _ = reference(sx, w, b, cfg.kwargs())
+            assert_close(out, ref, dtype, "cuda", "graph replay after tuning")

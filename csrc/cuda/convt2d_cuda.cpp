@@ -8,8 +8,15 @@
 #include "cuda/kernels.h"
 #include "glue.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace convt2d {
 namespace {
@@ -79,11 +86,76 @@ const char* kernel_override() {
   return e ? e : "";
 }
 
+// ---- autotuning (torch.backends.cudnn.benchmark = True) ---------------------------
+// Like cuDNN's algorithm search: the first call of a shape times every candidate
+// kernel choice (one warm-up run, then the best of three runs timed with CUDA
+// events on the current stream) and caches the fastest per (op, problem, dtype,
+// math mode, input layout, bias, device). Later calls, and CUDA graph captures,
+// use the cached choice; a capture never tunes (it falls back to the heuristics).
+// Off unless cudnn.benchmark is set or a CONVT2D_KERNEL override is given.
+bool autotune_on() { return at::globalContext().benchmarkCuDNN() && !*kernel_override(); }
+
+std::string tune_key(const char* op, const Problem& p, DType dt, MathMode math,
+                     const at::Tensor& x, bool bias) {
+  std::string k = op;
+  for (int64_t v : {p.N, p.Cin, p.H, p.W, p.Cout, p.Ho, p.Wo, p.kh, p.kw, p.groups, p.sh, p.sw,
+                    p.ph, p.pw, p.oph, p.opw, p.dh, p.dw}) {
+    k += ',';
+    k += std::to_string(v);
+  }
+  const char* layout = x.is_contiguous() ? "nchw"
+                       : x.is_contiguous(at::MemoryFormat::ChannelsLast) ? "nhwc" : "strided";
+  k += '|' + std::to_string(int(dt)) + '|' + std::to_string(int(math)) + '|' + layout +
+       (bias ? "|bias|" : "|-|") + std::to_string(x.get_device());
+  return k;
+}
+
+// Index of the fastest of `cands` (run(c) launches candidate c on `st`), or -1:
+// tuning off, fewer than two candidates, or a stream capture in progress.
+int autotune(const std::string& key, const std::vector<int>& cands,
+             const std::function<void(int)>& run, cudaStream_t st) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, int> cache;
+  if (cands.size() < 2) return -1;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return -1;
+  cudaEvent_t e0, e1;
+  check_launch(cudaEventCreate(&e0), "autotune event");
+  check_launch(cudaEventCreate(&e1), "autotune event");
+  float best = std::numeric_limits<float>::infinity();
+  int choice = -1;
+  for (int c : cands) {
+    run(c);  // warm-up: workspace allocation, first-launch costs
+    float t = std::numeric_limits<float>::infinity();
+    for (int r = 0; r < 3; ++r) {
+      cudaEventRecord(e0, st);
+      run(c);
+      cudaEventRecord(e1, st);
+      float ms = 0.f;
+      if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
+        t = std::min(t, ms);
+    }
+    if (t < best) { best = t; choice = c; }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  if (choice >= 0) {
+    std::lock_guard<std::mutex> lock(mu);
+    cache.emplace(key, choice);
+  }
+  return choice;
+}
+
 // One implicit GEMM (forward per phase, or grad_input): the tensor-core v2
 // kernel when the operands allow it (source read channels-last), else v1.
 void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& dst,
                const at::Tensor& weight, const at::Tensor& bias, const Problem& p, DType dt,
-               MathMode math, cudaStream_t st) {
+               MathMode math, cudaStream_t st, int ws = -1) {
   const bool sm80 = is_sm80_plus();
   const bool fwd = mode == cuda::IgemmMode::kForward;
   cuda::IgemmParams prm;
@@ -107,6 +179,7 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
     mq_y = p.H; mq_x = p.W;
   }
   prm.max_m = p.N * mq_y * mq_x;
+  prm.ws = ws;
 
   const bool want_v2 = sm80 && dt != DType::kDouble &&
                        std::strcmp(kernel_override(), "v1") != 0;
@@ -167,14 +240,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   if (bias.has_value() && bias->defined()) b = bias->contiguous();
   cudaStream_t st = at::cuda::getCurrentCUDAStream();
 
-  // Memory-bound shapes (few reduced channels per output, or few outputs per
-  // group) go to the direct kernel; the rest are implicit GEMMs.
-  const double k_per_output = double(p.cin_g() * p.kh * p.kw) / double(p.sh * p.sw);
-  const char* ko = kernel_override();
-  bool memory_bound = p.cout_g() < 32 || k_per_output < 64 || !is_sm80_plus();
-  if (std::strcmp(ko, "direct") == 0) memory_bound = true;
-  if (std::strcmp(ko, "tc") == 0 || std::strcmp(ko, "v1") == 0) memory_bound = false;
-  if (memory_bound && cuda::direct_forward_fits(p, dt) && dt != DType::kDouble) {
+  auto run_direct = [&] {
     auto w = weight.contiguous();
     cuda::DirectParams prm;
     prm.p = p;
@@ -183,6 +249,37 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     prm.w = w.data_ptr();
     prm.bias = b.defined() ? b.data_ptr() : nullptr;
     check_launch(cuda::launch_direct_forward(prm, dt, st), "direct forward");
+  };
+  const bool direct_ok = cuda::direct_forward_fits(p, dt) && dt != DType::kDouble;
+  if (autotune_on()) {
+    // 0: direct kernel, 1: implicit GEMM, 2: implicit GEMM on the Hopper
+    // warp-specialised kernel (tested for Cout/groups >= 64).
+    std::vector<int> cands;
+    if (direct_ok) cands.push_back(0);
+    if (is_sm80_plus() && dt != DType::kDouble) {
+      cands.push_back(1);
+      if (p.cout_g() >= 64) cands.push_back(2);
+    }
+    auto run = [&](int c) {
+      if (c == 0) run_direct();
+      else run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st, c - 1);
+    };
+    const int c = autotune(tune_key("fwd", p, dt, math, input, b.defined()), cands, run, st);
+    if (c >= 0) {
+      run(c);
+      return out;
+    }
+  }
+
+  // Memory-bound shapes (few reduced channels per output, or few outputs per
+  // group) go to the direct kernel; the rest are implicit GEMMs.
+  const double k_per_output = double(p.cin_g() * p.kh * p.kw) / double(p.sh * p.sw);
+  const char* ko = kernel_override();
+  bool memory_bound = p.cout_g() < 32 || k_per_output < 64 || !is_sm80_plus();
+  if (std::strcmp(ko, "direct") == 0) memory_bound = true;
+  if (std::strcmp(ko, "tc") == 0 || std::strcmp(ko, "v1") == 0) memory_bound = false;
+  if (memory_bound && direct_ok) {
+    run_direct();
     return out;
   }
   run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st);
@@ -216,7 +313,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     gi = at::empty(input.sizes(),
                    input.options().memory_format(suggest_memory_format(input, weight)));
     if (gi.numel() > 0) {
-      run_igemm(cuda::IgemmMode::kDgrad, gout, gi, weight, at::Tensor(), p, dt, math, st);
+      int ws = -1;
+      if (autotune_on() && is_sm80_plus() && dt != DType::kDouble && p.cin_g() >= 64) {
+        auto run = [&](int c) {
+          run_igemm(cuda::IgemmMode::kDgrad, gout, gi, weight, at::Tensor(), p, dt, math, st, c);
+        };
+        ws = autotune(tune_key("dgrad", p, dt, math, grad_output, false), {0, 1}, run, st);
+      }
+      run_igemm(cuda::IgemmMode::kDgrad, gout, gi, weight, at::Tensor(), p, dt, math, st, ws);
     }
   }
   if (output_mask[1]) {
@@ -233,12 +337,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         prm.x = ref(x2);
         prm.gout = ref(gout);
         if (cuda::tc_wgrad_supported(prm, dt)) {
-          const cuda::TcWgradPlan plan = cuda::tc_wgrad_plan(p, dt, math, sms);
-          prm.splits = plan.splits;
-          prm.k_per_split = plan.k_per_split;
-          auto ws = at::empty({plan.ws_elems}, input.options().dtype(at::kFloat));
-          prm.workspace = ws.data_ptr();
-          check_launch(cuda::launch_tc_wgrad(prm, dt, math, st), "grad_weight (tensor cores)");
+          auto run = [&](int tile) {
+            const cuda::TcWgradPlan plan = cuda::tc_wgrad_plan(p, dt, math, sms, tile);
+            prm.tile = tile;
+            prm.splits = plan.splits;
+            prm.k_per_split = plan.k_per_split;
+            auto ws = at::empty({plan.ws_elems}, input.options().dtype(at::kFloat));
+            prm.workspace = ws.data_ptr();
+            check_launch(cuda::launch_tc_wgrad(prm, dt, math, st), "grad_weight (tensor cores)");
+          };
+          int tile = -1;
+          if (autotune_on() && math != MathMode::kIEEE) {
+            std::vector<int> tiles;
+            for (int t = 0; t < cuda::kTcWgradTiles; ++t) tiles.push_back(t);
+            tile = autotune(tune_key("wgrad", p, dt, math, input, false), tiles, run, st);
+          }
+          run(tile);
           done = true;
         }
       }

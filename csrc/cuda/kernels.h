@@ -41,6 +41,7 @@ struct IgemmParams {
   int64_t Kc = 0, Nc = 0;      // reduced / produced channels per group
   int64_t phases_y = 1, phases_x = 1;
   int64_t max_m = 0;           // largest per-phase M (grid sizing)
+  int ws = -1;                 // Hopper warp-specialised kernel: -1 heuristic, 0 off, 1 on
 };
 
 // grad_weight[ci, co, ky, kx] = sum over (n, iy, ix) of x * grad_out(gathered):
@@ -54,6 +55,7 @@ struct WgradParams {
   void* gw = nullptr;         // [Cin][Cog][kh][kw] contiguous, dtype of x
   int64_t splits = 1;
   int64_t k_per_split = 0;    // pixels per split (multiple of the tile's BK)
+  int tile = -1;              // tensor-core tile (tc_wgrad.cu TwTile): -1 heuristic
 };
 
 // grad_weight on tensor cores (tc_wgrad.cu): x and grad_out read channels-last
@@ -82,7 +84,10 @@ bool tc_igemm_supported(const IgemmParams& prm, DType dt);
 cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
 cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 bool tc_wgrad_supported(const WgradParams& prm, DType dt);
-TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms);
+// tile: -1 heuristic, else one of kTcWgradTiles (tc_wgrad.cu); the same value must
+// then be in WgradParams::tile.
+TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile);
+constexpr int kTcWgradTiles = 5;
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
 

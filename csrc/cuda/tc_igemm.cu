@@ -763,12 +763,12 @@ cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
       // 128 bytes); below that the fill and the unoverlapped epilogue of a
       // single resident block cost more than the two-block kernel (measured:
       // unet 0.197 vs 0.176 ms bf16, seedB (Nc 64) 2.27 vs 2.22 ms).
-      // CONVT2D_WS=0 / 1 forces it off / on (A/B timing).
+      // prm.ws (autotuning) or CONVT2D_WS=0 / 1 (A/B timing) force it off / on.
       const char* ws = std::getenv("CONVT2D_WS");
       const int64_t k_row_bytes = prm.Kc * prm.p.kh * prm.p.kw * int64_t(sizeof(T)) /
                                   (prm.phases_y * prm.phases_x);
       const bool ws_auto = prm.Nc > 64 && k_row_bytes >= 12 * 128;
-      if (ws ? ws[0] == '1' : ws_auto) {
+      if (prm.ws >= 0 ? prm.ws == 1 : ws ? ws[0] == '1' : ws_auto) {
         if (prm.Nc <= 64) return run_ws<WsTraits<T, 64, 5>>(prm, st);
         return run_ws<WsTraits<T, 128, 4>>(prm, st);
       }

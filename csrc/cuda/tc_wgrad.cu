@@ -346,10 +346,13 @@ template <typename T> using TwTall = TwTraits<T, 256, 64, 4, 2, sizeof(T) == 4 ?
 template <typename T> using TwBigTall = TwTraits<T, 256, 64, 4, 1, sizeof(T) == 4 ? 16 : 32, 3, false>;
 template <typename T> using TwBigWide = TwTraits<T, 128, 128, 2, 2, sizeof(T) == 4 ? 16 : 32, 4, false>;
 
-// CONVT2D_TW_TILE = narrow | wide | tall overrides the choice (A/B timing).
+// An explicit tile (0..kTcWgradTiles-1, from autotuning) or CONVT2D_TW_TILE =
+// narrow | wide | tall | bigtall | bigwide (A/B timing) overrides the heuristic.
 enum class TwTile { kNarrow, kWide, kTall, kBigTall, kBigWide, kSplit };
-TwTile tw_tile(const Problem& p, DType dt, MathMode math) {
+static_assert(int(TwTile::kSplit) == kTcWgradTiles, "tile count");
+TwTile tw_tile(const Problem& p, DType dt, MathMode math, int tile) {
   if (dt == DType::kFloat && math == MathMode::kIEEE) return TwTile::kSplit;
+  if (tile >= 0 && tile < kTcWgradTiles) return TwTile(tile);
   if (const char* e = std::getenv("CONVT2D_TW_TILE")) {
     if (!std::strcmp(e, "narrow")) return TwTile::kNarrow;
     if (!std::strcmp(e, "wide")) return TwTile::kWide;
@@ -362,9 +365,9 @@ TwTile tw_tile(const Problem& p, DType dt, MathMode math) {
   return p.cin_g() > 64 ? TwTile::kBigWide : TwTile::kBigTall;
 }
 struct TwShape { int bm, bn, bk; };
-TwShape tw_shape(const Problem& p, DType dt, MathMode math) {
+TwShape tw_shape(const Problem& p, DType dt, MathMode math, int tile) {
   const int bk = dt == DType::kFloat ? 16 : 32;
-  switch (tw_tile(p, dt, math)) {
+  switch (tw_tile(p, dt, math, tile)) {
     case TwTile::kWide: case TwTile::kBigWide: return {128, 128, bk};
     case TwTile::kTall: case TwTile::kBigTall: return {256, 64, bk};
     default: return {128, 64, bk};
@@ -409,8 +412,8 @@ bool tc_wgrad_supported(const WgradParams& prm, DType dt) {
          p.H * p.sh < (1 << 30) && p.W * p.sw < (1 << 30);
 }
 
-TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms) {
-  const TwShape s = tw_shape(p, dt, math);
+TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile) {
+  const TwShape s = tw_shape(p, dt, math, tile);
   const int64_t Mt = p.kh * p.kw * p.cout_g();
   const int64_t tiles = ((Mt + s.bm - 1) / s.bm) * ((p.cin_g() + s.bn - 1) / s.bn) * p.groups;
   const int64_t K = p.N * p.H * p.W;
@@ -433,7 +436,7 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
 }
 
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st) {
-  const TwTile tile = tw_tile(prm.p, dt, math);
+  const TwTile tile = tw_tile(prm.p, dt, math, prm.tile);
   auto run16 = [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
     switch (tile) {

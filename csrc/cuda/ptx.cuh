@@ -87,6 +87,59 @@ template <> struct Mma<float> {  // tf32 operands (already rounded)
   }
 };
 
+
+// 3xTF32 bookkeeping of the mma.sync main loops (tc_igemm.cu forward / grad_input,
+// tc_wgrad.cu grad_weight). Without kSplit: plain tf32 / 16-bit mma into the
+// running accumulator. With kSplit (fp32, TF32 off) every operand is split into
+// big + small tf32 halves; each k-tile sums big*big into `part` and the two cross
+// terms into `cross`, both fresh per k-tile, and end_tile adds them to the total
+// with IEEE fp32 adds, so the tensor core's own accumulation spans one k-tile.
+template <typename T, bool kSplit, int MI, int NI>
+struct SplitMma {
+  float part[kSplit ? MI : 1][kSplit ? NI : 1][4], cross[kSplit ? MI : 1][kSplit ? NI : 1][4];
+
+  __device__ __forceinline__ void begin_tile() {
+    if constexpr (kSplit) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int t = 0; t < 4; ++t) part[i][j][t] = cross[i][j][t] = 0.f;
+    }
+  }
+  // One raw fragment register (fp32 bits for tf32): rounded, or split into big
+  // (in place) and small; 16-bit fragments pass unchanged.
+  static __device__ __forceinline__ void operand(uint32_t& x, uint32_t& small) {
+    if constexpr (kSplit) split_tf32(x, small);
+    else if constexpr (sizeof(T) == 4) x = to_tf32(x);
+  }
+  __device__ __forceinline__ void mma(float (&acc)[MI][NI][4], int i, int j, const uint32_t (&a)[4],
+                                      const uint32_t (&as)[4], const uint32_t (&b)[2],
+                                      const uint32_t (&bs)[2]) {
+    if constexpr (kSplit) {
+      Mma<T>::run(cross[i][j], as, b);
+      Mma<T>::run(cross[i][j], a, bs);
+      Mma<T>::run(part[i][j], a, b);
+    } else {
+      Mma<T>::run(acc[i][j], a, b);
+    }
+  }
+  __device__ __forceinline__ void end_tile(float (&acc)[MI][NI][4]) {
+    if constexpr (kSplit) {
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+          for (int t = 0; t < 4; ++t)
+            // An infinite big*big sum (an inf operand) makes the cross terms
+            // inf*small: possibly of the other sign, so NaN. Drop them there.
+            acc[i][j][t] += isfinite(part[i][j][t]) ? part[i][j][t] + cross[i][j][t] : part[i][j][t];
+    }
+  }
+};
+
 }  // namespace
 }  // namespace cuda
 }  // namespace convt2d

@@ -298,7 +298,6 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
   using T = typename Tr::T;
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, NT = Tr::kThreads;
   constexpr int S = Tr::STAGES, MI = Tr::MI, NI = Tr::NI, CH = Tr::CH, BKB = Tr::BKB;
-  constexpr bool kTF32 = sizeof(T) == 4;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // Tiles start on a 1024-byte boundary: the 128-byte swizzle repeats every
   // 8 rows (1024 bytes), and wgmma's descriptors assume that alignment.
@@ -425,23 +424,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       continue;
     }
-    // 3xTF32: this k-tile's big*big products and its two cross terms in
-    // separate partial sums (unused and optimised away unless kSplit).
-    float part[MI][NI][4], pcross[MI][NI][4];
-    float(&tgt)[MI][NI][4] = *(Tr::kSplit ? &part : &acc);
-    if constexpr (Tr::kSplit) {
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-          for (int t = 0; t < 4; ++t) part[i][j][t] = pcross[i][j][t] = 0.f;
-    }
+    // 3xTF32: this k-tile's partial sums (ptx.cuh, SplitMma).
+    SplitMma<T, Tr::kSplit, MI, NI> sm;
+    sm.begin_tile();
 #pragma unroll
     for (int ks = 0; ks < Tr::KS; ++ks) {
       // B fragments for the whole warp tile, then one A fragment at a time
       // (4 live registers instead of 4*MI: the 128x128 tile fits in 128).
-      uint32_t bfr[NI][2], bs[Tr::kSplit ? NI : 1][2];
+      uint32_t bfr[NI][2], bs[NI][2];
 #pragma unroll
       for (int j = 0; j < NI / 2; ++j) {
         uint32_t r[4];
@@ -452,41 +442,18 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
 #pragma unroll
       for (int j = 0; j < NI; ++j)
 #pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          if constexpr (Tr::kSplit) split_tf32(bfr[j][t], bs[j][t]);
-          else if constexpr (kTF32) bfr[j][t] = to_tf32(bfr[j][t]);
-        }
+        for (int t = 0; t < 2; ++t) sm.operand(bfr[j][t], bs[j][t]);
 #pragma unroll
       for (int i = 0; i < MI; ++i) {
         uint32_t af[4], as[4];
         ldmatrix_x4(af, sa + a_lds[ks] + i * 16 * BKB);
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          if constexpr (Tr::kSplit) split_tf32(af[t], as[t]);
-          else if constexpr (kTF32) af[t] = to_tf32(af[t]);
-        }
+        for (int t = 0; t < 4; ++t) sm.operand(af[t], as[t]);
 #pragma unroll
-        for (int j = 0; j < NI; ++j) {
-          if constexpr (Tr::kSplit) {
-            Mma<T>::run(pcross[i][j], as, bfr[j]);
-            Mma<T>::run(pcross[i][j], af, bs[j]);
-          }
-          Mma<T>::run(tgt[i][j], af, bfr[j]);
-        }
+        for (int j = 0; j < NI; ++j) sm.mma(acc, i, j, af, as, bfr[j], bs[j]);
       }
     }
-    if constexpr (Tr::kSplit) {
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-          for (int t = 0; t < 4; ++t)
-            // An infinite big*big sum (an inf operand) makes the cross terms
-            // inf*small: possibly of the other sign, so NaN. Drop them there.
-            acc[i][j][t] += isfinite(part[i][j][t]) ? part[i][j][t] + pcross[i][j][t]
-                                                    : part[i][j][t];
-    }
+    sm.end_tile(acc);
   }
   cp_async_wait<0>();
   __syncthreads();

@@ -227,21 +227,12 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
     wr = wr == S - 1 ? 0 : wr + 1;
     const uint32_t st = sbase + rd * Tr::kStageBytes;
     rd = rd == S - 1 ? 0 : rd + 1;
-    // 3xTF32: big*big and the cross terms of this stage in fresh partial sums,
-    // added to the total with fp32 adds (see tc_igemm.cu).
-    float part[MI][NI][4], pcross[MI][NI][4];
-    float(&tgt)[MI][NI][4] = *(Tr::kSplit ? &part : &acc);
-    if constexpr (Tr::kSplit) {
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) part[i][j][e] = pcross[i][j][e] = 0.f;
-    }
+    // 3xTF32: this stage's partial sums (ptx.cuh, SplitMma).
+    SplitMma<T, Tr::kSplit, MI, NI> sm;
+    sm.begin_tile();
 #pragma unroll
     for (int ks = 0; ks < BK / Tr::KSTEP; ++ks) {
-      uint32_t bfr[NI][2], bsm[Tr::kSplit ? NI : 1][2];
+      uint32_t bfr[NI][2], bsm[NI][2];
       if constexpr (!Tr::kTF32) {
         const uint32_t koff = uint32_t(ks * 16 * RB);
 #pragma unroll
@@ -258,8 +249,7 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             bfr[j][e] = lds32(st + b_addr[j][e] + koff);
-            if constexpr (Tr::kSplit) split_tf32(bfr[j][e], bsm[j][e]);
-            else bfr[j][e] = to_tf32(bfr[j][e]);
+            sm.operand(bfr[j][e], bsm[j][e]);
           }
       }
 #pragma unroll
@@ -271,30 +261,14 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             af[e] = lds32(st + a_addr[i][e] + uint32_t(ks * 8 * RA));
-            if constexpr (Tr::kSplit) split_tf32(af[e], asm_[e]);
-            else af[e] = to_tf32(af[e]);
+            sm.operand(af[e], asm_[e]);
           }
         }
 #pragma unroll
-        for (int j = 0; j < NI; ++j) {
-          if constexpr (Tr::kSplit) {
-            Mma<T>::run(pcross[i][j], asm_, bfr[j]);
-            Mma<T>::run(pcross[i][j], af, bsm[j]);
-          }
-          Mma<T>::run(tgt[i][j], af, bfr[j]);
-        }
+        for (int j = 0; j < NI; ++j) sm.mma(acc, i, j, af, asm_, bfr[j], bsm[j]);
       }
     }
-    if constexpr (Tr::kSplit) {
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            acc[i][j][e] += isfinite(part[i][j][e]) ? part[i][j][e] + pcross[i][j][e]
-                                                    : part[i][j][e];
-    }
+    sm.end_tile(acc);
   }
   cp_async_wait<0>();
 

@@ -240,6 +240,7 @@ _WS_CFGS = [
     Cfg(1, 64, 256, 6, 7, k=3, stride=2, padding=1, output_padding=1, bias=False),
     Cfg(2, 128, 160, 5, 9, k=(2, 3), stride=(2, 1), dilation=(1, 2), groups=2),
     Cfg(2, 64, 72, 13, 5, k=3, stride=3, padding=(0, 1)),
+    Cfg(2, 96, 64, 11, 13, k=(3, 2), stride=(1, 2), padding=(1, 0), bias=True),
 ]
 
 

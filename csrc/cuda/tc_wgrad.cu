@@ -18,6 +18,8 @@
 #include "cuda/mma_core.cuh"
 #include "cuda/ptx.cuh"
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -367,6 +369,50 @@ cudaError_t run_tw(const WgradParams& prm, cudaStream_t st) {
   return cudaGetLastError();
 }
 
+// Resident blocks per SM of the kernel launch_tc_wgrad would run (0 on error).
+template <class Tr>
+int tw_occupancy() {
+  auto kern = tc_wgrad_kernel<Tr>;
+  int n = 0;
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, Tr::kThreads, Tr::kSmemBytes) !=
+          cudaSuccess)
+    return 0;
+  return n;
+}
+int tw_occupancy(TwTile tile, DType dt) {
+  // Cached per (tile, dtype): a property of the kernel and the device type.
+  static std::atomic<int> cache[int(TwTile::kSplit) + 1][4];
+  static std::once_flag init;
+  std::call_once(init, [] {
+    for (auto& row : cache)
+      for (auto& c : row) c.store(-1);
+  });
+  std::atomic<int>& slot = cache[int(tile)][int(dt)];
+  if (const int v = slot.load(); v >= 0) return v;
+  auto pick = [&](auto tag) -> int {
+    using T = decltype(tag);
+    switch (tile) {
+      case TwTile::kWide: return tw_occupancy<TwWide<T>>();
+      case TwTile::kTall: return tw_occupancy<TwTall<T>>();
+      case TwTile::kBigTall: return tw_occupancy<TwBigTall<T>>();
+      case TwTile::kBigWide: return tw_occupancy<TwBigWide<T>>();
+      case TwTile::kSplit: return tw_occupancy<TwSplit>();
+      default: return tw_occupancy<TwNarrow<T>>();
+    }
+  };
+  int v = 0;
+  switch (dt) {
+    case DType::kHalf: v = pick(__half()); break;
+    case DType::kBFloat16: v = pick(__nv_bfloat16()); break;
+    case DType::kFloat: v = pick(float()); break;
+    default: break;
+  }
+  slot.store(v);
+  return v;
+}
+
 // Channels-last contiguous (size-1 dims may carry any stride) and 16-byte aligned.
 bool dense_cl(const TensorRef& t, int64_t N, int64_t C, int64_t H, int64_t W) {
   return (reinterpret_cast<uintptr_t>(t.ptr) & 15) == 0 && (C == 1 || t.sc == 1) &&
@@ -392,15 +438,32 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
   const int64_t tiles = ((Mt + s.bm - 1) / s.bm) * ((p.cin_g() + s.bn - 1) / s.bn) * p.groups;
   const int64_t K = p.N * p.H * p.W;
   const int64_t ktiles = (K + s.bk - 1) / s.bk;
-  // About four resident blocks per SM; each split at least 16 k-tiles; each
-  // fp32 partial sum at most 2^20 pixels long; workspace at most 256 MiB.
-  int64_t splits = (4 * int64_t(num_sms) + tiles - 1) / tiles;
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, ktiles / 16));
-  const int64_t cap = (int64_t(1) << 20) / s.bk;
-  splits = std::max<int64_t>(splits, (ktiles + cap - 1) / cap);
+  // Split count from a small cost model: the main loop runs in waves of
+  // per_sm * num_sms resident blocks, each block doing ceil(ktiles / splits)
+  // k-tiles, and every split costs a write and a read of one fp32 workspace
+  // slice. Rates are H100-class round numbers (only their ratio matters):
+  // 300 / 150 / 50 TFLOP/s (16-bit / tf32 / 3xTF32) against 3 TB/s. Limits:
+  // each split at least 16 k-tiles, each fp32 partial sum at most 2^20 pixels,
+  // workspace at most 256 MiB. CONVT2D_TW_BLOCKS_PER_SM overrides the residency.
+  int per_sm = tw_occupancy(tw_tile(p, dt, math, tile), dt);
+  if (const char* e = std::getenv("CONVT2D_TW_BLOCKS_PER_SM")) per_sm = std::atoi(e);
+  if (per_sm <= 0) per_sm = 2;
+  const int64_t cap = int64_t(per_sm) * num_sms;
   const int64_t slice = p.groups * Mt * p.cin_g();
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, (int64_t(1) << 26) / slice));
-  splits = std::max<int64_t>(1, std::min<int64_t>(splits, 65535));
+  const double rate = dt != DType::kFloat ? 300e12 : math == MathMode::kIEEE ? 50e12 : 150e12;
+  const double t_ktile = double(cap) * 2.0 * s.bm * s.bn * s.bk / rate;  // one k-tile, one wave
+  const double t_split = double(slice) * 8.0 / 3e12;
+  const int64_t s_min = std::max<int64_t>(1, (ktiles + ((int64_t(1) << 20) / s.bk) - 1) /
+                                                 ((int64_t(1) << 20) / s.bk));
+  const int64_t s_max = std::max<int64_t>(
+      s_min, std::min<int64_t>({ktiles / 16, (int64_t(1) << 26) / slice, 65535, 4 * cap}));
+  int64_t splits = s_min;
+  double best = -1.0;
+  for (int64_t sp = s_min; sp <= s_max; ++sp) {
+    const int64_t waves = (tiles * sp + cap - 1) / cap;
+    const double t = double(waves) * double((ktiles + sp - 1) / sp) * t_ktile + sp * t_split;
+    if (best < 0 || t < best) { best = t; splits = sp; }
+  }
   const int64_t per = (ktiles + splits - 1) / splits;
   TcWgradPlan plan;
   plan.k_per_split = per * s.bk;

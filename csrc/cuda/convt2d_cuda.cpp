@@ -130,20 +130,15 @@ int autotune(const std::string& key, const std::vector<int>& cands,
   float best = std::numeric_limits<float>::infinity();
   int choice = -1;
   for (int c : cands) {
+    run(c);  // warm-up: workspace allocation, first-launch costs
     float t = std::numeric_limits<float>::infinity();
-    try {
-      run(c);  // warm-up: workspace allocation, first-launch costs
-      for (int r = 0; r < 3; ++r) {
-        cudaEventRecord(e0, st);
-        run(c);
-        cudaEventRecord(e1, st);
-        float ms = 0.f;
-        if (cudaEventSynchronize(e1) == cudaSuccess &&
-            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
-          t = std::min(t, ms);
-      }
-    } catch (const c10::Error&) {
-      (void)cudaGetLastError();  // a candidate that cannot launch here is skipped
+    for (int r = 0; r < 3; ++r) {
+      cudaEventRecord(e0, st);
+      run(c);
+      cudaEventRecord(e1, st);
+      float ms = 0.f;
+      if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
+        t = std::min(t, ms);
     }
     if (t < best) { best = t; choice = c; }
   }

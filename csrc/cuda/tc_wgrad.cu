@@ -429,7 +429,8 @@ bool tc_wgrad_supported(const WgradParams& prm, DType dt) {
   return p.cin_g() % e == 0 && p.cout_g() % e == 0 && dense_cl(prm.x, p.N, p.Cin, p.H, p.W) &&
          dense_cl(prm.gout, p.N, p.Cout, p.Ho, p.Wo) && K > 0 && K < (int64_t(1) << 31) - 1024 &&
          p.kh * p.kw * p.cout_g() < (int64_t(1) << 30) && p.Ho < (1 << 30) && p.Wo < (1 << 30) &&
-         p.H * p.sh < (1 << 30) && p.W * p.sw < (1 << 30);
+         p.H * p.sh < (1 << 30) && p.W * p.sw < (1 << 30) && p.dh * (p.kh - 1) < (1 << 30) &&
+         p.dw * (p.kw - 1) < (1 << 30) && p.ph < (1 << 30) && p.pw < (1 << 30);
 }
 
 TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile) {

@@ -256,6 +256,60 @@ def test_tensor_core_kernels_forced(cfg, dtype, layout, ws, monkeypatch):
     check(x, w, b, cfg.kwargs(), what=f"ws={ws} {layout} ")
 
 
+# The Hopper halo kernel (tc_halo.cu): GEMM rows widened by the tap columns' reach, tap
+# columns as shifted views of one staged halo. Shapes: tiles spanning image rows and images
+# (narrow W), the largest reach (16: kw 17, or kw 9 at dilation 2), padding that crops taps
+# (source column offset > 0), output_padding, partial M, N and K tiles (Nc 40 / 136, Kc 96),
+# groups, row strides (forward phases; grad_input with stride 1 along x only), a phase with
+# no tap columns (bias only), bias. Forward and both gradients; grad_input also runs on the
+# halo kernel where its GEMM qualifies (Cout/groups * size >= 128 bytes).
+_HALO_CFGS = [
+    Cfg(2, 64, 128, 9, 37, k=(3, 5)),
+    Cfg(3, 64, 40, 7, 5, k=(2, 3), padding=(0, 1), bias=True),
+    Cfg(2, 96, 136, 6, 11, k=(3, 9), padding=(1, 3), output_padding=(0, 1), dilation=(1, 2)),
+    Cfg(2, 128, 64, 5, 7, k=(3, 17), padding=(1, 9), bias=False),
+    Cfg(2, 64, 64, 12, 14, k=3, padding=(1, 3)),
+    Cfg(2, 128, 192, 8, 13, k=(3, 4), groups=2),
+    Cfg(2, 64, 96, 7, 10, k=(3, 5), stride=(2, 1), padding=(1, 2), bias=True),
+    Cfg(2, 128, 64, 6, 6, k=4, stride=2, padding=1),
+    Cfg(2, 64, 72, 5, 6, k=(2, 3), stride=(1, 2), dilation=(1, 2), bias=True),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _HALO_CFGS, ids=lambda c: c.id())
+def test_halo_kernel_forced(cfg, dtype, layout, monkeypatch):
+    monkeypatch.setenv("CONVT2D_HALO", "1")
+    x, w, b = cfg.make(dtype, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    check(x, w, b, cfg.kwargs(), what=f"halo {layout} ")
+
+
+def _kernel_names(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def test_halo_kernel_is_the_default_where_it_applies():
+    """On an H100 (compute capability 9.0, sm_90a build) a dense stride-1 layer runs forward
+    and grad_input on the halo kernel, and CONVT2D_HALO=0 turns it off."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the halo kernel is built for sm_90a")
+    cfg = Cfg(2, 64, 64, 16, 40, k=(3, 5), bias=False)
+    x, w, _ = cfg.make(torch.bfloat16, "cuda")
+    x.requires_grad_(True)
+
+    def step():
+        convt2d.forward(x, w).sum().backward()
+
+    names = _kernel_names(step)
+    assert sum("tc_halo_kernel" in n for n in names) == 2, names
+
+
 # grad_weight on tensor cores (tc_wgrad.cu): M = kh*kw*Cog mixes taps inside one tile, so
 # these shapes put tile edges mid-tap (Cog 24, 40), leave partial N tiles (Cig 40, 136 > the
 # 128-wide tile), use groups, strides, dilation, padding that crops taps, and a K

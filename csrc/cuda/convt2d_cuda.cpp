@@ -253,12 +253,16 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   const bool direct_ok = cuda::direct_forward_fits(p, dt) && dt != DType::kDouble;
   if (autotune_on()) {
     // 0: direct kernel, 1: implicit GEMM, 2: implicit GEMM on the Hopper
-    // warp-specialised kernel (tested for Cout/groups >= 64).
+    // warp-specialised kernel (tested for Cout/groups >= 64), 3: the Hopper
+    // halo kernel (where it does not apply, 3 runs what the heuristic picks).
     std::vector<int> cands;
     if (direct_ok) cands.push_back(0);
     if (is_sm80_plus() && dt != DType::kDouble) {
       cands.push_back(1);
-      if (p.cout_g() >= 64) cands.push_back(2);
+      if (p.cout_g() >= 64) {
+        cands.push_back(2);
+        cands.push_back(3);
+      }
     }
     auto run = [&](int c) {
       if (c == 0) run_direct();
@@ -318,7 +322,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         auto run = [&](int c) {
           run_igemm(cuda::IgemmMode::kDgrad, gout, gi, weight, at::Tensor(), p, dt, math, st, c);
         };
-        ws = autotune(tune_key("dgrad", p, dt, math, grad_output, false), {0, 1}, run, st);
+        ws = autotune(tune_key("dgrad", p, dt, math, grad_output, false), {0, 1, 2}, run, st);
       }
       run_igemm(cuda::IgemmMode::kDgrad, gout, gi, weight, at::Tensor(), p, dt, math, st, ws);
     }

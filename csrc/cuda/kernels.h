@@ -41,7 +41,8 @@ struct IgemmParams {
   int64_t Kc = 0, Nc = 0;      // reduced / produced channels per group
   int64_t phases_y = 1, phases_x = 1;
   int64_t max_m = 0;           // largest per-phase M (grid sizing)
-  int ws = -1;                 // Hopper warp-specialised kernel: -1 heuristic, 0 off, 1 on
+  int ws = -1;                 // Hopper kernels: -1 heuristic, 0 two-block, 1 warp-specialised,
+                               // 2 halo (tc_halo.cu) where supported, else the heuristic
 };
 
 // grad_weight[ci, co, ky, kx] = sum over (n, iy, ix) of x * grad_out(gathered):
@@ -82,6 +83,12 @@ cudaError_t launch_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaSt
 // packed K-major [G][kh][kw][Nc][Kc]; fp32 in MathMode::kIEEE runs as 3xTF32.
 bool tc_igemm_supported(const IgemmParams& prm, DType dt);
 cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
+// Halo variant (tc_halo.cu, sm_90a builds on compute capability 9.0): the tap
+// columns read shifted views of one staged source halo. Not for 3xTF32.
+bool tc_halo_supported(const IgemmParams& prm, DType dt, MathMode math);
+// The heuristic's choice among the supported shapes (measured, see tc_halo.cu).
+bool tc_halo_preferred(const IgemmParams& prm, DType dt);
+cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, cudaStream_t st);
 cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 bool tc_wgrad_supported(const WgradParams& prm, DType dt);
 // tile: -1 heuristic, else one of kTcWgradTiles (tc_wgrad.cu); the same value must

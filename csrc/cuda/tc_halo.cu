@@ -1,0 +1,345 @@
+// Halo implicit GEMM (sm_90a, wgmma): the tap columns of a GEMM row are shifted
+// views of one shared-memory halo, so the activation is read from L2 once per
+// tap row instead of once per tap.
+//
+// Mapping: the kernels.h GEMM of one phase and group, with the phase's output
+// rows widened to wv = nqx + xt pixels, xt = (ntap_x - 1) * |it_x| (the reach of
+// the tap columns in source pixels). GEMM row m = (n, qy, u), u in [0, wv);
+// pixels u >= nqx are computed and dropped. Tap column jx of row m reads source
+// column u + ia_x + jx * it_x, which is halo row (m - m0) + e(jx) of a halo that
+// holds, for virtual row v = m0 + h, source column u(v) + ia_x + min(0, xt*sign):
+// within one image row (u + e < wv) the shift e(jx) is the same for every row,
+// and a shift that wraps into the next image row only feeds dropped pixels.
+// So for each tap row jy and channel tile, the loader stages BM + xt halo rows
+// once, and the consumers run ntap_x k-tiles at row offsets e(jx) into it.
+//
+// The halo is stored like every wgmma tile here: 128-byte K rows in the 128-byte
+// swizzle, slots aligned to the 1024-byte pattern, row r's chunk c at
+// r * 128 + ((c ^ (r & 7)) << 4). A descriptor that starts e rows into the slot
+// (not a multiple of 8) reads the right rows: the hardware applies the XOR to
+// the address bits, as the loader did (measured: setting the descriptor's
+// base-offset field to (start >> 7) & 7 gave wrong results, and the interleaved
+// no-swizzle layout, whose rows are 16-byte aligned anywhere, ran 5-10% slower).
+// Warp specialisation as tc_ws_kernel: warpgroup 0 loads with cp.async (one
+// mbarrier arrival per thread when its copies land), warpgroups 1 and 2 each
+// run wgmma on 128 rows x BN and keep one wgmma group in flight. Two rings: halo
+// slots (2) and weight stages (SB).
+#include "cuda/igemm_tile.cuh"
+#include "cuda/kernels.h"
+#include "cuda/ptx.cuh"
+#include "cuda/wgmma.cuh"
+#include "common/static_switch.h"
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+
+namespace convt2d {
+namespace cuda {
+namespace {
+
+constexpr int kHaloMaxReach = 16;  // largest xt the halo slots hold
+
+#if defined(CONVT2D_WGMMA)
+template <typename T, int BN_, int SB_>
+struct HaloTraits {
+  using Tp = T;
+  static constexpr int BM = 256, BN = BN_, SB = SB_, BKB = 128, CH = 8, KS = 4;
+  static constexpr int E = 16 / int(sizeof(T)), BK = BKB / int(sizeof(T));
+  static constexpr int kThreads = 384, kConsumers = 256;
+  static constexpr int NI = BN / 8;
+  static constexpr int kHaloRows = BM + kHaloMaxReach;
+  static constexpr int kABytes = (kHaloRows + 7) / 8 * 1024;  // 128-byte rows, whole atoms
+  static constexpr int kBBytes = BN * BKB;
+  static constexpr int kAOff = SB * kBBytes;  // weight stages first: 1024-byte aligned
+  static constexpr int kPipeBytes = kAOff + 2 * kABytes;
+  static constexpr int LDC_M = BM + 4, LDC_N = BN + 4;
+  static constexpr int kCBytes = (BN * LDC_M > BM * LDC_N ? BN * LDC_M : BM * LDC_N) * 4;
+  static constexpr int kRowTableOff = kPipeBytes > kCBytes ? kPipeBytes : kCBytes;
+  static constexpr int kBarOff = kRowTableOff + BM * 8;
+  static constexpr int kSmemBytes = kBarOff + (2 * SB + 4) * 8 + 1024;
+  static_assert(BN == 64 || BN == 128, "BN");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+template <class Tr, bool kChanOut>
+__global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) {
+  using T = typename Tr::Tp;
+  constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, SB = Tr::SB;
+  constexpr int CH = Tr::CH, NI = Tr::NI;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sbase = (sraw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (sbase - sraw);
+  const Problem& p = prm.p;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+
+  TileGeo t = tile_geo<BM, BN>(prm);
+  if (t.pix == 0) return;
+  const int adx = t.it_x < 0 ? -t.it_x : t.it_x;
+  const int xt = t.ntap_x > 0 ? (t.ntap_x - 1) * adx : 0;
+  const int64_t nqy = t.pix / t.nqx;
+  t.wv = t.nqx + xt;
+  t.M = p.N * nqy * t.wv;
+  if (t.m0 >= t.M) return;
+  const int Kc = int(prm.Kc), Nc = int(prm.Nc);
+  const int kc_tiles = (Kc + BK - 1) / BK;
+  // A phase with no tap columns has no K loop (its halos would never be released).
+  const int tap_rows = t.ntap_x > 0 ? t.ntap_y : 0;
+  const uint32_t fullB = sbase + Tr::kBarOff, emptyB = fullB + SB * 8;
+  const uint32_t fullA = emptyB + SB * 8, emptyA = fullA + 16;
+  if (tid == 0) {
+    for (int s = 0; s < SB; ++s) {
+      mbar_init(fullB + 8 * s, 128);
+      mbar_init(emptyB + 8 * s, Tr::kConsumers);
+    }
+    for (int s = 0; s < 2; ++s) {
+      mbar_init(fullA + 8 * s, 128);
+      mbar_init(emptyA + 8 * s, Tr::kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- loader: halo rows and weight rows rb + 64 i, chunks sub + 2 c ----------------
+    const T* __restrict__ src = static_cast<const T*>(prm.src.ptr);
+    const T* __restrict__ wpk = static_cast<const T*>(prm.wpk);
+    const int sub = tid & 1, rb = tid >> 1;
+    constexpr int AR = (Tr::kHaloRows + 63) / 64, BR = BN / 64;
+    const int rows = BM + xt;  // halo rows the consumers read
+    const int64_t pixv = nqy * t.wv;
+    const int omin = t.it_x < 0 ? -xt : 0;
+    int64_t a_off[AR];
+    int a_y[AR];
+    bool a_ok[AR];
+#pragma unroll
+    for (int i = 0; i < AR; ++i) {
+      const int64_t v = t.m0 + rb + 64 * i;
+      const int64_t n = v / pixv, rem = v - n * pixv;
+      const int64_t qy = rem / t.wv, u = rem - qy * t.wv;
+      const int64_t col = u + t.ia_x + omin;
+      a_ok[i] = v < t.M && col >= 0 && col < prm.Ws;
+      a_y[i] = int(qy) * t.im_y + t.ia_y;
+      a_off[i] = a_ok[i] ? n * prm.src.sn + t.g * Kc + sub * E + col * prm.src.sw : 0;
+    }
+    const int64_t tap_stride = int64_t(Nc) * Kc;
+    const T* b_base = wpk + t.g * p.kh * p.kw * tap_stride + sub * E;
+    bool b_ok[BR];
+#pragma unroll
+    for (int i = 0; i < BR; ++i) b_ok[i] = t.n0 + rb + 64 * i < Nc;
+    const uint32_t uHs = uint32_t(prm.Hs);
+    int ia = 0, ib = 0;  // halo / weight items issued
+    for (int jy = 0; jy < tap_rows; ++jy) {
+      const int dy = jy * t.it_y;
+      const int64_t brow = int64_t(t.k0y + jy * t.ksy) * p.kw + t.k0x;
+      for (int ct = 0; ct < kc_tiles; ++ct) {
+        const int c0 = ct * BK + sub * E;
+        {
+          const int a = ia & 1;
+          if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
+          const uint32_t sa = sbase + Tr::kAOff + a * Tr::kABytes;
+#pragma unroll
+          for (int i = 0; i < AR; ++i) {
+            const int r = rb + 64 * i;
+            if (r >= rows) continue;
+            const int y = a_y[i] + dy;
+            const bool row_ok = a_ok[i] && uint32_t(y) < uHs;
+            const T* ga = src + (a_off[i] + (row_ok ? int64_t(y) * prm.src.sh : 0) + ct * BK);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const bool ok = row_ok && c0 + 2 * c * E < Kc;
+              const uint32_t d = swz<CH>(r, sub + 2 * c);
+              cp_async16(sa + d, ok ? ga + 2 * c * E : src, ok ? 16 : 0);
+            }
+          }
+          mbar_arrive_cp_async(fullA + 8 * a);
+          ++ia;
+        }
+        for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
+          const int s = ib % SB;
+          if (ib >= SB) mbar_wait(emptyB + 8 * s, uint32_t((ib / SB - 1) & 1));
+          const uint32_t sb = sbase + s * Tr::kBBytes;
+          const int64_t btap = (brow + int64_t(jx) * t.ksx) * tap_stride;
+#pragma unroll
+          for (int i = 0; i < BR; ++i) {
+            const int r = rb + 64 * i;
+            const T* gb = b_base + (t.n0 + r) * Kc + (btap + ct * BK);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const bool ok = b_ok[i] && c0 + 2 * c * E < Kc;
+              cp_async16(sb + swz<CH>(r, sub + 2 * c), ok ? gb + 2 * c * E : wpk, ok ? 16 : 0);
+            }
+          }
+          mbar_arrive_cp_async(fullB + 8 * s);
+        }
+      }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // no exit with copies in flight
+    return;
+  }
+
+  // ---- consumers: warpgroup cw = wg - 1 owns rows [128 cw, 128 cw + 128) ---------------
+  const int cw = wg - 1, ctid = tid - 128;
+  float acc[2][NI][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[h][j][q] = 0.f;
+  int ia = 0, ib = 0, prev_s = 0, prev_a = 0;
+  bool prev_last = false;
+  for (int jy = 0; jy < tap_rows; ++jy) {
+    for (int ct = 0; ct < kc_tiles; ++ct, ++ia) {
+      const int a = ia & 1;
+      mbar_wait(fullA + 8 * a, uint32_t((ia >> 1) & 1));
+      const uint32_t sa = sbase + Tr::kAOff + a * Tr::kABytes + cw * 128 * 128;
+      for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
+        const int s = ib % SB;
+        mbar_wait(fullB + 8 * s, uint32_t((ib / SB) & 1));
+        // Both rings were written by cp.async (generic proxy); wgmma reads
+        // them through the async proxy.
+        // (Measured: this fence costs 2-3% here; dropping it is not proven safe.)
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        const int e = (t.it_x < 0 ? t.ntap_x - 1 - jx : jx) * adx;
+        const uint32_t a_rows = sa + e * 128, b_tile = sbase + s * Tr::kBBytes;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int ks = 0; ks < Tr::KS; ++ks)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            Wgmma<T, BN>::run(&acc[h][0][0], sw128_desc(a_rows + h * 64 * 128 + 32 * ks),
+                              sw128_desc(b_tile + 32 * ks));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        // The previous item's wgmma has retired: release its stages.
+        if (ib > 0) {
+          mbar_arrive(emptyB + 8 * prev_s);
+          if (prev_last) mbar_arrive(emptyA + 8 * prev_a);
+        }
+        prev_s = s;
+        prev_a = a;
+        prev_last = jx == t.ntap_x - 1;
+      }
+    }
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  sync_threads_n<Tr::kConsumers>();  // both consumers done reading the rings
+  float* sC = reinterpret_cast<float*>(smem);
+  const int wq = warp & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+      put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, cw * 128 + h * 64 + wq * 16 + (lane >> 2),
+                                              j * 8 + 2 * (lane & 3), acc[h][j]);
+  store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, Tr::kConsumers, kChanOut, true>(
+      prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
+}
+
+// Largest virtual GEMM height over the phases (grid sizing) and the largest
+// tap-column reach xt, from the host-side phase geometry.
+struct HaloShape {
+  int64_t max_mv = 0, max_xt = 0, max_ntap_x = 0;
+};
+
+HaloShape halo_shape(const IgemmParams& prm) {
+  const Problem& p = prm.p;
+  HaloShape h;
+  int64_t nqy = 0, wv = 0;
+  if (prm.mode == IgemmMode::kForward) {
+    for (int64_t r = 0; r < p.sh; ++r) nqy = std::max(nqy, make_phase_dim(r, p.sh, p.ph, p.dh, p.kh, p.Ho).nq);
+    for (int64_t r = 0; r < p.sw; ++r) {
+      const PhaseDim pd = make_phase_dim(r, p.sw, p.pw, p.dw, p.kw, p.Wo);
+      const int64_t xt = pd.ntap > 0 ? (pd.ntap - 1) * pd.koff_step : 0;
+      wv = std::max(wv, pd.nq + xt);
+      h.max_xt = std::max(h.max_xt, xt);
+      h.max_ntap_x = std::max(h.max_ntap_x, pd.ntap);
+    }
+  } else {
+    nqy = p.H;
+    h.max_xt = (p.kw - 1) * p.dw;
+    h.max_ntap_x = p.kw;
+    wv = p.W + h.max_xt;
+  }
+  h.max_mv = p.N * nqy * wv;
+  return h;
+}
+
+template <class Tr>
+cudaError_t run_halo(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
+  const int64_t mt = (max_mv + Tr::BM - 1) / Tr::BM;
+  const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
+  const int64_t blocks = mt * nt * prm.phases_y * prm.phases_x * prm.p.groups;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
+    auto kern = tc_halo_kernel<Tr, kChan>;
+    cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
+    return cudaGetLastError();
+  });
+}
+
+template <typename T>
+cudaError_t run_halo_t(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
+  if (prm.Nc <= 64) return run_halo<HaloTraits<T, 64, 8>>(prm, max_mv, st);
+  return run_halo<HaloTraits<T, 128, 6>>(prm, max_mv, st);
+}
+#endif  // CONVT2D_WGMMA
+
+}  // namespace
+
+bool tc_halo_supported(const IgemmParams& prm, DType dt, MathMode math) {
+#if defined(CONVT2D_WGMMA)
+  if (dt == DType::kDouble || (dt == DType::kFloat && math == MathMode::kIEEE)) return false;
+  const int64_t size = dt == DType::kFloat ? 4 : 2;
+  if (prm.Kc * size < 128 || prm.Nc <= 32) return false;
+  // Source pixels of a phase row must be consecutive (always in forward; the
+  // dgrad conv needs stride 1 along x).
+  if (prm.mode == IgemmMode::kDgrad && prm.p.sw != 1) return false;
+  const HaloShape h = halo_shape(prm);
+  if (h.max_xt > kHaloMaxReach || h.max_ntap_x < 2) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#else
+  (void)prm; (void)dt; (void)math;
+  return false;
+#endif
+}
+
+// Measured on the H100 (docs/perf-notes.md, v4.0): the halo kernel wins with three or
+// more tap columns when the GEMM has at most 64 columns or the type is fp32 (seedA/seedB
+// forward and grad_input); it loses with 128 16-bit columns (seedA bf16 forward: 2.04 vs
+// 1.87 ms) and with two tap columns per phase (dcgan, vae forward: 15-20% slower).
+bool tc_halo_preferred(const IgemmParams& prm, DType dt) {
+#if defined(CONVT2D_WGMMA)
+  return halo_shape(prm).max_ntap_x >= 3 && (prm.Nc <= 64 || dt == DType::kFloat);
+#else
+  (void)prm; (void)dt;
+  return false;
+#endif
+}
+
+cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, cudaStream_t st) {
+#if defined(CONVT2D_WGMMA)
+  const int64_t max_mv = halo_shape(prm).max_mv;
+  switch (dt) {
+    case DType::kHalf: return run_halo_t<__half>(prm, max_mv, st);
+    case DType::kBFloat16: return run_halo_t<__nv_bfloat16>(prm, max_mv, st);
+    case DType::kFloat: return run_halo_t<float>(prm, max_mv, st);
+    default: return cudaErrorInvalidValue;
+  }
+#else
+  (void)prm; (void)dt; (void)st;
+  return cudaErrorInvalidDeviceFunction;
+#endif
+}
+
+}  // namespace cuda
+}  // namespace convt2d

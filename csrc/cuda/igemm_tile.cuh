@@ -226,13 +226,25 @@ __device__ __forceinline__ void store_c_tile(const IgemmParams& prm, const float
   } else {
     // Strided phase pixels: each thread owns one pixel (lanes: consecutive
     // pixels of one channel) and walks the channels.
-    static_assert(NT % BM == 0, "pixels per channel sweep");
-    const int m = tid % BM;
-    const int64_t off = sRow[m];
-    if (off >= 0) {
-      for (int n = tid / BM; n < nvalid; n += NT / BM) {
-        const float bv = bias_g ? Cvt<T>::to_acc(bias_g[n]) : 0.f;
-        dst[off + (n0 + n) * dsc] = Cvt<T>::from_acc(sC[n * LDC_M + m] + bv);
+    if constexpr (NT % BM == 0) {
+      const int m = tid % BM;
+      const int64_t off = sRow[m];
+      if (off >= 0) {
+        for (int n = tid / BM; n < nvalid; n += NT / BM) {
+          const float bv = bias_g ? Cvt<T>::to_acc(bias_g[n]) : 0.f;
+          dst[off + (n0 + n) * dsc] = Cvt<T>::from_acc(sC[n * LDC_M + m] + bv);
+        }
+      }
+    } else {
+      // More pixels than threads: each thread takes pixels tid, tid + NT, ...
+      static_assert(BM % NT == 0, "pixels per thread");
+      for (int m = tid; m < BM; m += NT) {
+        const int64_t off = sRow[m];
+        if (off < 0) continue;
+        for (int n = 0; n < nvalid; ++n) {
+          const float bv = bias_g ? Cvt<T>::to_acc(bias_g[n]) : 0.f;
+          dst[off + (n0 + n) * dsc] = Cvt<T>::from_acc(sC[n * LDC_M + m] + bv);
+        }
       }
     }
   }

@@ -22,7 +22,7 @@
 // no-swizzle layout, whose rows are 16-byte aligned anywhere, ran 5-10% slower).
 // Warp specialisation as tc_ws_kernel: warpgroup 0 loads with cp.async (one
 // mbarrier arrival per thread when its copies land), warpgroups 1 and 2 each
-// run wgmma on 128 rows x BN and keep one wgmma group in flight. Two rings: halo
+// run wgmma on BM/2 rows x BN and keep one wgmma group in flight. Two rings: halo
 // slots (2) and weight stages (SB).
 #include "cuda/igemm_tile.cuh"
 #include "cuda/kernels.h"
@@ -40,10 +40,11 @@ namespace {
 constexpr int kHaloMaxReach = 16;  // largest xt the halo slots hold
 
 #if defined(CONVT2D_WGMMA)
-template <typename T, int BN_, int SB_>
+template <typename T, int BM_, int BN_, int SB_>
 struct HaloTraits {
   using Tp = T;
-  static constexpr int BM = 256, BN = BN_, SB = SB_, BKB = 128, CH = 8, KS = 4;
+  static constexpr int BM = BM_, BN = BN_, SB = SB_, BKB = 128, CH = 8, KS = 4;
+  static constexpr int CR = BM / 2, HALVES = CR / 64;  // rows and m64 blocks per consumer
   static constexpr int E = 16 / int(sizeof(T)), BK = BKB / int(sizeof(T));
   static constexpr int kThreads = 384, kConsumers = 256;
   static constexpr int NI = BN / 8;
@@ -178,11 +179,12 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
     return;
   }
 
-  // ---- consumers: warpgroup cw = wg - 1 owns rows [128 cw, 128 cw + 128) ---------------
+  // ---- consumers: warpgroup cw = wg - 1 owns rows [CR cw, CR cw + CR) ---------------------
   const int cw = wg - 1, ctid = tid - 128;
-  float acc[2][NI][4];
+  constexpr int HV = Tr::HALVES, CR = Tr::CR;
+  float acc[HV][NI][4];
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < HV; ++h)
 #pragma unroll
     for (int j = 0; j < NI; ++j)
 #pragma unroll
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
     for (int ct = 0; ct < kc_tiles; ++ct, ++ia) {
       const int a = ia & 1;
       mbar_wait(fullA + 8 * a, uint32_t((ia >> 1) & 1));
-      const uint32_t sa = sbase + Tr::kAOff + a * Tr::kABytes + cw * 128 * 128;
+      const uint32_t sa = sbase + Tr::kAOff + a * Tr::kABytes + cw * CR * 128;
       for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
         const int s = ib % SB;
         mbar_wait(fullB + 8 * s, uint32_t((ib / SB) & 1));
@@ -207,7 +209,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
 #pragma unroll
         for (int ks = 0; ks < Tr::KS; ++ks)
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
+          for (int h = 0; h < HV; ++h)
             Wgmma<T, BN>::run(&acc[h][0][0], sw128_desc(a_rows + h * 64 * 128 + 32 * ks),
                               sw128_desc(b_tile + 32 * ks));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -228,10 +230,10 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
   float* sC = reinterpret_cast<float*>(smem);
   const int wq = warp & 3;
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < HV; ++h)
 #pragma unroll
     for (int j = 0; j < NI; ++j)
-      put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, cw * 128 + h * 64 + wq * 16 + (lane >> 2),
+      put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, cw * CR + h * 64 + wq * 16 + (lane >> 2),
                                               j * 8 + 2 * (lane & 3), acc[h][j]);
   store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, Tr::kConsumers, kChanOut, true>(
       prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
@@ -284,8 +286,11 @@ cudaError_t run_halo(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
 
 template <typename T>
 cudaError_t run_halo_t(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
-  if (prm.Nc <= 64) return run_halo<HaloTraits<T, 64, 8>>(prm, max_mv, st);
-  return run_halo<HaloTraits<T, 128, 6>>(prm, max_mv, st);
+  // 64-column GEMMs: 512-row tiles (each consumer four m64n64 blocks) halve the weight
+  // re-reads and the per-tile fill/epilogue share (seedB bf16 forward 1.70 -> 1.42 ms).
+  // 128 columns keep 256 x 128 (512 x 64 tiles measured slower: seedA bf16 2.08 -> 2.24).
+  if (prm.Nc <= 64) return run_halo<HaloTraits<T, 512, 64, 6>>(prm, max_mv, st);
+  return run_halo<HaloTraits<T, 256, 128, 6>>(prm, max_mv, st);
 }
 #endif  // CONVT2D_WGMMA
 

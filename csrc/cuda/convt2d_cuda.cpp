@@ -124,26 +124,40 @@ int autotune(const std::string& key, const std::vector<int>& cands,
   }
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return -1;
-  cudaEvent_t e0, e1;
-  check_launch(cudaEventCreate(&e0), "autotune event");
-  check_launch(cudaEventCreate(&e1), "autotune event");
+  // Destroyed on every path, including an exception from a candidate or the cache.
+  struct Events {
+    cudaEvent_t a = nullptr, b = nullptr;
+    ~Events() {
+      if (a) cudaEventDestroy(a);
+      if (b) cudaEventDestroy(b);
+    }
+  } ev;
+  check_launch(cudaEventCreate(&ev.a), "autotune event");
+  check_launch(cudaEventCreate(&ev.b), "autotune event");
+  cudaEvent_t e0 = ev.a, e1 = ev.b;
   float best = std::numeric_limits<float>::infinity();
   int choice = -1;
   for (int c : cands) {
-    run(c);  // warm-up: workspace allocation, first-launch costs
     float t = std::numeric_limits<float>::infinity();
-    for (int r = 0; r < 3; ++r) {
-      cudaEventRecord(e0, st);
-      run(c);
-      cudaEventRecord(e1, st);
-      float ms = 0.f;
-      if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
-        t = std::min(t, ms);
+    try {
+      run(c);  // warm-up: workspace allocation, first-launch costs
+      for (int r = 0; r < 3; ++r) {
+        cudaEventRecord(e0, st);
+        run(c);
+        cudaEventRecord(e1, st);
+        float ms = 0.f;
+        if (cudaEventSynchronize(e1) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
+          t = std::min(t, ms);
+      }
+    } catch (const c10::Error&) {
+      // A candidate that cannot run here (launch refused, workspace out of memory) is
+      // skipped and the launch error cleared. A device-side fault is sticky: it is not
+      // cleared, and the next CUDA call reports it.
+      (void)cudaGetLastError();
     }
     if (t < best) { best = t; choice = c; }
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   if (choice >= 0) {
     std::lock_guard<std::mutex> lock(mu);
     cache.emplace(key, choice);

@@ -333,7 +333,11 @@ bool tc_halo_preferred(const IgemmParams& prm, DType dt) {
 
 cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, cudaStream_t st) {
 #if defined(CONVT2D_WGMMA)
-  const int64_t max_mv = halo_shape(prm).max_mv;
+  // The halo slots hold BM + kHaloMaxReach rows; the loader trusts that bound.
+  const HaloShape h = halo_shape(prm);
+  if (h.max_xt > kHaloMaxReach || (prm.mode == IgemmMode::kDgrad && prm.p.sw != 1))
+    return cudaErrorInvalidValue;
+  const int64_t max_mv = h.max_mv;
   switch (dt) {
     case DType::kHalf: return run_halo_t<__half>(prm, max_mv, st);
     case DType::kBFloat16: return run_halo_t<__nv_bfloat16>(prm, max_mv, st);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build for sm_90, correctness sweep, tests, benchmark. Logs under $OUT.
-# usage: bash scripts/gpu_run.sh [check] [tests] [pytests] [ab] [bench]  (AB_ARGS, BENCH_ARGS: extra args)
+# usage: bash scripts/gpu_run.sh [quick] [check] [tests] [pytests] [ab] [envab] [bench]
+#   (QUICK_K: pytest -k filter for tests/test_cuda.py; AB_ARGS, EA_ARGS, BENCH_ARGS: extra args)
 set -uo pipefail
 OUT=${OUT:-/tmp/convt2d-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -16,6 +17,8 @@ for step in "$@"; do
   case "$step" in
     check) timeout 300 python scripts/gpu_check.py 2>&1 | tee "$OUT/check.log" | grep -v "^$" | tail -25 ;;
     tests) timeout 400 python -m pytest -q -x -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+    quick) timeout 300 python -m pytest -q -x -rf --tb=short -p no:cacheprovider tests/test_cuda.py -k "${QUICK_K:-halo}" 2>&1 | tee "$OUT/quick.log" | tail -30 ;;
+    envab) timeout 400 python scripts/env_ab.py ${EA_ARGS:-CONVT2D_HALO 0,1} 2>&1 | tee "$OUT/envab.log" ;;
     ab) timeout 400 python scripts/ab.py ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" ;;
     pytests) for f in tests/test_*.py; do echo "== $f"; timeout 300 python -m pytest -q -rf --tb=line -p no:cacheprovider "$f" 2>&1 | tail -4; done 2>&1 | tee "$OUT/pytests.log" ;;
     bench) shift_args=${BENCH_ARGS:-}; timeout 400 python -m convt2d.bench --outdir "$OUT" $shift_args 2>&1 | tee "$OUT/bench.log" | tail -45 ;;

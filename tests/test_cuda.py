@@ -1,4 +1,6 @@
 """CUDA-only behaviour: build, devices, streams, CUDA graphs, determinism, 64-bit indexing."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -287,6 +289,45 @@ def test_halo_kernel_forced(cfg, dtype, layout, monkeypatch):
     check(x, w, b, cfg.kwargs(), what=f"halo {layout} ")
 
 
+# 3xTF32 also takes GEMMs with one tap column per phase (k=2 stride 2, 1x1 convolutions).
+_HALO_IEEE_CFGS = _HALO_CFGS + [
+    Cfg(3, 64, 72, 9, 11, k=2, stride=2, bias=True),
+    Cfg(2, 128, 64, 7, 13, k=1, bias=False),
+    Cfg(2, 64, 136, 5, 9, k=(1, 3), stride=(2, 1), padding=(0, 1)),
+]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _HALO_IEEE_CFGS, ids=lambda c: c.id())
+def test_halo_kernel_forced_ieee(cfg, layout, monkeypatch):
+    """fp32 with TF32 off on the halo kernel: 3xTF32 (split halo and weight halves, per-item
+    partial sums added in IEEE fp32) within the fp32 tolerance."""
+    monkeypatch.setenv("CONVT2D_HALO", "1")
+    x, w, b = cfg.make(torch.float32, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    with _tf32_off():
+        check(x, w, b, cfg.kwargs(), what=f"halo 3xTF32 {layout} ")
+
+
+@pytest.mark.parametrize("cout", [64, 128], ids=lambda c: f"cout{c}")
+def test_huge_weight_ieee_stays_accurate(cout):
+    """fp32 with TF32 off: one weight of 2^61 (flagged: the halo kernel's careful sum, big*big
+    and cross terms apart) leaves every output channel at fp32 accuracy, the channel it feeds
+    and the others, each compared on its own."""
+    x = torch.randn(2, 64, 9, 21, dtype=torch.float64)
+    w = torch.randn(64, cout, 3, 5, dtype=torch.float64) * 0.1
+    w[7, 5, 1, 2] = 2.0**61
+    ref = F.conv_transpose2d(x.to(torch.float32).double(), w.to(torch.float32).double(), padding=1)
+    with _tf32_off():
+        out = convt2d.forward(x.float().cuda(), w.float().cuda(), padding=1)
+    ref = ref.cuda()
+    keep = torch.ones(cout, dtype=torch.bool, device="cuda")
+    keep[5] = False
+    assert_close(out[:, 5], ref[:, 5], torch.float32, "cuda", "channel fed by the huge weight")
+    assert_close(out[:, keep], ref[:, keep], torch.float32, "cuda", "other channels")
+
+
 def _kernel_names(fn):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
@@ -308,6 +349,15 @@ def test_halo_kernel_is_the_default_where_it_applies():
 
     names = _kernel_names(step)
     assert sum("tc_halo_kernel" in n for n in names) == 2, names
+    # fp32 with TF32 off: 3xTF32 on the halo kernel (the only wgmma 3xTF32 path).
+    x32, w32 = x.detach().float().requires_grad_(True), w.float()
+    with _tf32_off():
+        names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
+    def split_halo(n):  # HaloTraits<float, BM, BN, SB, true>, mangled or demangled
+        return "tc_halo_kernel" in n and bool(
+            re.search(r"HaloTraitsIfLi\d+ELi\d+ELi\d+ELb1E|HaloTraits<float, \d+, \d+, \d+, true>", n))
+
+    assert sum(split_halo(n) for n in names) == 2, names
 
 
 # grad_weight on tensor cores (tc_wgrad.cu): M = kh*kw*Cog mixes taps inside one tile, so

@@ -206,6 +206,20 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
     prm.src = ref(s2);
     prm.wpk = w2.data_ptr();
     if (cuda::tc_igemm_supported(prm, dt)) {
+      // 3xTF32 on the Hopper halo kernel: the weight's big and small TF32 halves.
+      at::Tensor halves, wflag;
+      if (dt == DType::kFloat && math == MathMode::kIEEE &&
+          cuda::tc_halo_supported(prm, dt, math)) {
+        halves = at::empty({2, w2.numel()}, w2.options());
+        wflag = at::zeros({1}, w2.options().dtype(at::kInt));
+        float* hi = halves.data_ptr<float>();
+        check_launch(cuda::launch_split_tf32(w2.data_ptr<float>(), hi, hi + w2.numel(), w2.numel(),
+                                             wflag.data_ptr<int>(), st),
+                     "3xTF32 weight split");
+        prm.wpk_hi = hi;
+        prm.wpk_lo = hi + w2.numel();
+        prm.wflag = wflag.data_ptr<int>();
+      }
       check_launch(cuda::launch_tc_igemm(prm, dt, math, st), "tensor-core implicit GEMM");
       return;
     }

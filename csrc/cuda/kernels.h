@@ -43,6 +43,12 @@ struct IgemmParams {
   int64_t max_m = 0;           // largest per-phase M (grid sizing)
   int ws = -1;                 // Hopper kernels: -1 heuristic, 0 two-block, 1 warp-specialised,
                                // 2 halo (tc_halo.cu) where supported, else the heuristic
+  // 3xTF32 on the halo kernel (fp32, TF32 off): wpk split into big and small TF32
+  // halves (launch_split_tf32, same layout as wpk), and a device int that is nonzero
+  // when a weight is not finite or |w| >= 2^60. wpk itself stays the unsplit weight.
+  const void* wpk_hi = nullptr;
+  const void* wpk_lo = nullptr;
+  const int* wflag = nullptr;
 };
 
 // grad_weight[ci, co, ky, kx] = sum over (n, iy, ix) of x * grad_out(gathered):
@@ -84,11 +90,17 @@ cudaError_t launch_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaSt
 bool tc_igemm_supported(const IgemmParams& prm, DType dt);
 cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
 // Halo variant (tc_halo.cu, sm_90a builds on compute capability 9.0): the tap
-// columns read shifted views of one staged source halo. Not for 3xTF32.
+// columns read shifted views of one staged source halo. fp32 in MathMode::kIEEE
+// runs as 3xTF32 and needs prm.wpk_hi / wpk_lo / wflag.
 bool tc_halo_supported(const IgemmParams& prm, DType dt, MathMode math);
 // The heuristic's choice among the supported shapes (measured, see tc_halo.cu).
-bool tc_halo_preferred(const IgemmParams& prm, DType dt);
-cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, cudaStream_t st);
+bool tc_halo_preferred(const IgemmParams& prm, DType dt, MathMode math);
+cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
+// fp32 -> big and small TF32 halves (3xTF32, round to nearest; a finite value that
+// would round to inf keeps a truncated big half; inf / NaN have no small half), and
+// *flag |= 1 where a value is not finite or |v| >= 2^60 (flag zeroed by the caller).
+cudaError_t launch_split_tf32(const float* src, float* hi, float* lo, int64_t n, int* flag,
+                              cudaStream_t st);
 cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 bool tc_wgrad_supported(const WgradParams& prm, DType dt);
 // tile: -1 heuristic, else one of kTcWgradTiles (tc_wgrad.cu); the same value must

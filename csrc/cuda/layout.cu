@@ -5,6 +5,8 @@
 // elements per access (8- or 16-byte vectors): the scalar version was
 // issue-bound at ~1.1 TB/s (seedA bf16: 0.46 ms for 0.52 GB).
 #include "cuda/kernels.h"
+#include "cuda/ptx.cuh"
+#include <algorithm>
 #include <cstdint>
 
 namespace convt2d {
@@ -93,7 +95,33 @@ cudaError_t run(const void* src, void* dst, int64_t N, int64_t C, int64_t HW, cu
   return cudaGetLastError();
 }
 
+// 3xTF32 weight halves for the halo kernel (tc_halo.cu), and the flag that sends
+// its items to the careful sum.
+__global__ void __launch_bounds__(256) split_tf32_kernel(const float* __restrict__ src,
+                                                         float* __restrict__ hi,
+                                                         float* __restrict__ lo, int64_t n,
+                                                         int* __restrict__ flag) {
+  bool bad = false;
+  for (int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x; i < n; i += int64_t(gridDim.x) * 256) {
+    const float v = src[i];
+    bad |= !(fabsf(v) < 0x1p60f);
+    uint32_t h = __float_as_uint(v), l;
+    split_tf32(h, l);
+    hi[i] = __uint_as_float(h);
+    lo[i] = __uint_as_float(l);
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
+}
+
 }  // namespace
+
+cudaError_t launch_split_tf32(const float* src, float* hi, float* lo, int64_t n, int* flag,
+                              cudaStream_t st) {
+  if (n == 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 1024);
+  split_tf32_kernel<<<unsigned(blocks), 256, 0, st>>>(src, hi, lo, n, flag);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,
                                 int elem_bytes, cudaStream_t st) {

@@ -24,6 +24,18 @@
 // mbarrier arrival per thread when its copies land), warpgroups 1 and 2 each
 // run wgmma on BM/2 rows x BN and keep one wgmma group in flight. Two rings: halo
 // slots (2) and weight stages (SB).
+//
+// 3xTF32 (fp32 with TF32 off, kSplit): every operand is split into big + small
+// TF32 halves (split_tf32, round to nearest). The weight halves come split from
+// global memory (prm.wpk_hi / wpk_lo, launch_split_tf32); the loader stages the
+// activation through registers and writes both halves of each halo row. Per
+// item (tap, channel tile) the consumers sum A_hi*B_lo + A_lo*B_hi + A_hi*B_hi
+// into a fresh accumulator (wgmma scale-d 0 on the first k-step) and add it to
+// the total with IEEE fp32 adds, so the tensor core's truncating accumulation
+// spans 12 k-steps of one item. Where an operand of the item is not finite or
+// is huge (|v| >= 2^60: the loader flags its halo, the weight split sets
+// prm.wflag), big*big and the cross terms are summed apart and the cross terms
+// dropped where big*big is not finite (as SplitMma does: inf*small is NaN).
 #include "cuda/igemm_tile.cuh"
 #include "cuda/kernels.h"
 #include "cuda/ptx.cuh"
@@ -40,9 +52,10 @@ namespace {
 constexpr int kHaloMaxReach = 16;  // largest xt the halo slots hold
 
 #if defined(CONVT2D_WGMMA)
-template <typename T, int BM_, int BN_, int SB_>
+template <typename T, int BM_, int BN_, int SB_, bool kSplit_ = false>
 struct HaloTraits {
   using Tp = T;
+  static constexpr bool kSplit = kSplit_;  // 3xTF32: both halves of each tile staged
   static constexpr int BM = BM_, BN = BN_, SB = SB_, BKB = 128, CH = 8, KS = 4;
   static constexpr int CR = BM / 2, HALVES = CR / 64;  // rows and m64 blocks per consumer
   static constexpr int E = 16 / int(sizeof(T)), BK = BKB / int(sizeof(T));
@@ -51,16 +64,82 @@ struct HaloTraits {
   static constexpr int kHaloRows = BM + kHaloMaxReach;
   static constexpr int kABytes = (kHaloRows + 7) / 8 * 1024;  // 128-byte rows, whole atoms
   static constexpr int kBBytes = BN * BKB;
-  static constexpr int kAOff = SB * kBBytes;  // weight stages first: 1024-byte aligned
-  static constexpr int kPipeBytes = kAOff + 2 * kABytes;
+  static constexpr int kParts = kSplit ? 2 : 1;  // big half, then small half
+  static constexpr int kAStage = kParts * kABytes, kBStage = kParts * kBBytes;
+  static constexpr int kAOff = SB * kBStage;  // weight stages first: 1024-byte aligned
+  static constexpr int kPipeBytes = kAOff + 2 * kAStage;
   static constexpr int LDC_M = BM + 4, LDC_N = BN + 4;
   static constexpr int kCBytes = (BN * LDC_M > BM * LDC_N ? BN * LDC_M : BM * LDC_N) * 4;
   static constexpr int kRowTableOff = kPipeBytes > kCBytes ? kPipeBytes : kCBytes;
   static constexpr int kBarOff = kRowTableOff + BM * 8;
-  static constexpr int kSmemBytes = kBarOff + (2 * SB + 4) * 8 + 1024;
+  static constexpr int kFlagOff = kBarOff + (2 * SB + 4) * 8;  // kSplit: [2 slots][4 warps]
+  static constexpr int kSmemBytes = kFlagOff + (kSplit ? 32 : 0) + 1024;
   static_assert(BN == 64 || BN == 128, "BN");
+  static_assert(!kSplit || (sizeof(T) == 4 && HALVES * NI * 4 <= 64), "3xTF32: fp32, 64-bit mask");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
+
+// One 3xTF32 item of a consumer (kSplit): its HALVES x BN slice of the tile for one
+// tap and channel tile, one m64 block at a time (one fresh partial accumulator).
+// a_hi/a_lo: the halves of the item's first A row (the m64 blocks 64 rows apart),
+// b_hi/b_lo: the weight stage.
+template <class Tr>
+__device__ __forceinline__ void split_item(float (&acc)[Tr::HALVES][Tr::NI][4], uint64_t& bad_mask,
+                                           uint32_t a_hi, uint32_t a_lo, uint32_t b_hi,
+                                           uint32_t b_lo, bool careful) {
+  constexpr int NI = Tr::NI;
+  using W = Wgmma<float, Tr::BN>;
+#pragma unroll
+  for (int h = 0; h < Tr::HALVES; ++h) {
+    float part[NI][4];
+    const uint32_t ah = a_hi + h * 64 * 128, al = a_lo + h * 64 * 128;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    if (!careful) {
+      // Cross terms first (small values), big*big last: one fresh accumulator.
+#pragma unroll
+      for (int ks = 0; ks < Tr::KS; ++ks) {
+        W::run(&part[0][0], sw128_desc(ah + 32 * ks), sw128_desc(b_lo + 32 * ks), ks > 0);
+        W::run(&part[0][0], sw128_desc(al + 32 * ks), sw128_desc(b_hi + 32 * ks));
+      }
+#pragma unroll
+      for (int ks = 0; ks < Tr::KS; ++ks)
+        W::run(&part[0][0], sw128_desc(ah + 32 * ks), sw128_desc(b_hi + 32 * ks));
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[h][j][q] += part[j][q];
+      continue;
+    }
+    // Careful: big*big alone, then the cross terms, kept only where big*big is finite.
+#pragma unroll
+    for (int ks = 0; ks < Tr::KS; ++ks)
+      W::run(&part[0][0], sw128_desc(ah + 32 * ks), sw128_desc(b_hi + 32 * ks), ks > 0);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        acc[h][j][q] += part[j][q];
+        if (!isfinite(part[j][q])) bad_mask |= uint64_t(1) << ((h * NI + j) * 4 + q);
+      }
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int ks = 0; ks < Tr::KS; ++ks) {
+      W::run(&part[0][0], sw128_desc(ah + 32 * ks), sw128_desc(b_lo + 32 * ks), ks > 0);
+      W::run(&part[0][0], sw128_desc(al + 32 * ks), sw128_desc(b_hi + 32 * ks));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if (!((bad_mask >> ((h * NI + j) * 4 + q)) & 1)) acc[h][j][q] += part[j][q];
+  }
+}
 
 template <class Tr, bool kChanOut>
 __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) {
@@ -104,7 +183,8 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
   if (wg == 0) {
     // ---- loader: halo rows and weight rows rb + 64 i, chunks sub + 2 c ----------------
     const T* __restrict__ src = static_cast<const T*>(prm.src.ptr);
-    const T* __restrict__ wpk = static_cast<const T*>(prm.wpk);
+    // 3xTF32: the big and small weight halves (same layout as wpk).
+    const T* __restrict__ wpk = static_cast<const T*>(Tr::kSplit ? prm.wpk_hi : prm.wpk);
     const int sub = tid & 1, rb = tid >> 1;
     constexpr int AR = (Tr::kHaloRows + 63) / 64, BR = BN / 64;
     const int rows = BM + xt;  // halo rows the consumers read
@@ -125,6 +205,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
     }
     const int64_t tap_stride = int64_t(Nc) * Kc;
     const T* b_base = wpk + t.g * p.kh * p.kw * tap_stride + sub * E;
+    const T* b_lo = Tr::kSplit ? static_cast<const T*>(prm.wpk_lo) + (b_base - wpk) : nullptr;
     bool b_ok[BR];
 #pragma unroll
     for (int i = 0; i < BR; ++i) b_ok[i] = t.n0 + rb + 64 * i < Nc;
@@ -135,7 +216,55 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
       const int64_t brow = int64_t(t.k0y + jy * t.ksy) * p.kw + t.k0x;
       for (int ct = 0; ct < kc_tiles; ++ct) {
         const int c0 = ct * BK + sub * E;
-        {
+        if constexpr (Tr::kSplit) {
+          // 3xTF32: the halo through registers (loads issued before the slot is
+          // free), written as big and small halves; the warp's flag says whether
+          // any value needs the careful sum (not finite, or |v| >= 2^60).
+          const int a = ia & 1;
+          float4 v[AR][4];
+#pragma unroll
+          for (int i = 0; i < AR; ++i) {
+            const int r = rb + 64 * i;
+            const int y = a_y[i] + dy;
+            const bool row_ok = r < rows && a_ok[i] && uint32_t(y) < uHs;
+            const T* ga = src + (a_off[i] + (row_ok ? int64_t(y) * prm.src.sh : 0) + ct * BK);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const bool ok = row_ok && c0 + 2 * c * E < Kc;
+              v[i][c] = ok ? __ldg(reinterpret_cast<const float4*>(ga + 2 * c * E))
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+          }
+          if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
+          const uint32_t sa = sbase + Tr::kAOff + a * Tr::kAStage;
+          bool bad = false;
+#pragma unroll
+          for (int i = 0; i < AR; ++i) {
+            const int r = rb + 64 * i;
+            if (r >= rows) continue;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              uint32_t hi[4] = {__float_as_uint(v[i][c].x), __float_as_uint(v[i][c].y),
+                                __float_as_uint(v[i][c].z), __float_as_uint(v[i][c].w)};
+              uint32_t lo[4];
+#pragma unroll
+              for (int q = 0; q < 4; ++q) {
+                bad |= !(fabsf(__uint_as_float(hi[q])) < 0x1p60f);
+                split_tf32(hi[q], lo[q]);
+              }
+              const uint32_t d = sa + swz<CH>(r, sub + 2 * c);
+              sts128(d, hi);
+              sts128(d + Tr::kABytes, lo);
+            }
+          }
+          const bool any_bad = __any_sync(0xffffffffu, bad);
+          if (lane == 0)
+            *reinterpret_cast<volatile int*>(smem + Tr::kFlagOff + 16 * a + 4 * warp) = any_bad;
+          // Generic-proxy stores, read by wgmma through the async proxy.
+          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+          mbar_arrive(fullA + 8 * a);
+          ++ia;
+        } else {
           const int a = ia & 1;
           if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
           const uint32_t sa = sbase + Tr::kAOff + a * Tr::kABytes;
@@ -159,16 +288,20 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
         for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
           const int s = ib % SB;
           if (ib >= SB) mbar_wait(emptyB + 8 * s, uint32_t((ib / SB - 1) & 1));
-          const uint32_t sb = sbase + s * Tr::kBBytes;
+          const uint32_t sb = sbase + s * Tr::kBStage;
           const int64_t btap = (brow + int64_t(jx) * t.ksx) * tap_stride;
 #pragma unroll
           for (int i = 0; i < BR; ++i) {
             const int r = rb + 64 * i;
-            const T* gb = b_base + (t.n0 + r) * Kc + (btap + ct * BK);
+            const int64_t boff = (t.n0 + r) * Kc + (btap + ct * BK);
+            const T* gb = b_base + boff;
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
               const bool ok = b_ok[i] && c0 + 2 * c * E < Kc;
               cp_async16(sb + swz<CH>(r, sub + 2 * c), ok ? gb + 2 * c * E : wpk, ok ? 16 : 0);
+              if constexpr (Tr::kSplit)
+                cp_async16(sb + Tr::kBBytes + swz<CH>(r, sub + 2 * c),
+                           ok ? b_lo + boff + 2 * c * E : wpk, ok ? 16 : 0);
             }
           }
           mbar_arrive_cp_async(fullB + 8 * s);
@@ -191,11 +324,15 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
       for (int q = 0; q < 4; ++q) acc[h][j][q] = 0.f;
   int ia = 0, ib = 0, prev_s = 0, prev_a = 0;
   bool prev_last = false;
+  // 3xTF32: a weight that is not finite or huge (launch_split_tf32), and the
+  // accumulator elements whose big*big sum was not finite (their cross terms dropped).
+  const bool wbad = Tr::kSplit && *prm.wflag != 0;
+  uint64_t bad_mask = 0;
   for (int jy = 0; jy < tap_rows; ++jy) {
     for (int ct = 0; ct < kc_tiles; ++ct, ++ia) {
       const int a = ia & 1;
       mbar_wait(fullA + 8 * a, uint32_t((ia >> 1) & 1));
-      const uint32_t sa = sbase + Tr::kAOff + a * Tr::kABytes + cw * CR * 128;
+      const uint32_t sa = sbase + Tr::kAOff + a * Tr::kAStage + cw * CR * 128;
       for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
         const int s = ib % SB;
         mbar_wait(fullB + 8 * s, uint32_t((ib / SB) & 1));
@@ -204,7 +341,19 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
         // (Measured: this fence costs 2-3% here; dropping it is not proven safe.)
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         const int e = (t.it_x < 0 ? t.ntap_x - 1 - jx : jx) * adx;
-        const uint32_t a_rows = sa + e * 128, b_tile = sbase + s * Tr::kBBytes;
+        const uint32_t a_rows = sa + e * 128, b_tile = sbase + s * Tr::kBStage;
+        if constexpr (Tr::kSplit) {
+          // The flag is the same in every thread; a warp vote makes that visible to
+          // ptxas (a branch it takes as divergent makes it serialise every wgmma).
+          const volatile int* fl = reinterpret_cast<const volatile int*>(smem + Tr::kFlagOff + 16 * a);
+          const bool careful = __any_sync(0xffffffffu, wbad || (fl[0] | fl[1] | fl[2] | fl[3]) != 0);
+          split_item<Tr>(acc, bad_mask, a_rows, a_rows + Tr::kABytes, b_tile, b_tile + Tr::kBBytes,
+                         careful);
+          // This item's wgmma has retired: release its stages.
+          mbar_arrive(emptyB + 8 * s);
+          if (jx == t.ntap_x - 1) mbar_arrive(emptyA + 8 * a);
+          continue;
+        }
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int ks = 0; ks < Tr::KS; ++ks)
@@ -216,7 +365,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
         // The previous item's wgmma has retired: release its stages.
         if (ib > 0) {
-          mbar_arrive(emptyB + 8 * prev_s);
+          mbar_arrive(emptyB + 8 * prev_s);  // (never with kSplit: it releases at once)
           if (prev_last) mbar_arrive(emptyA + 8 * prev_a);
         }
         prev_s = s;
@@ -284,6 +433,13 @@ cudaError_t run_halo(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
   });
 }
 
+// 3xTF32: a fresh partial accumulator beside the total halves the tile per consumer
+// (64 + 64 registers), and both halves of every operand are staged (about 200 KB).
+cudaError_t run_halo_split(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
+  if (prm.Nc <= 64) return run_halo<HaloTraits<float, 256, 64, 4, true>>(prm, max_mv, st);
+  return run_halo<HaloTraits<float, 128, 128, 4, true>>(prm, max_mv, st);
+}
+
 template <typename T>
 cudaError_t run_halo_t(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
   // 64-column GEMMs: 512-row tiles (each consumer four m64n64 blocks) halve the weight
@@ -298,14 +454,18 @@ cudaError_t run_halo_t(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) 
 
 bool tc_halo_supported(const IgemmParams& prm, DType dt, MathMode math) {
 #if defined(CONVT2D_WGMMA)
-  if (dt == DType::kDouble || (dt == DType::kFloat && math == MathMode::kIEEE)) return false;
+  // fp32 with TF32 off runs 3xTF32 (it then needs prm.wpk_hi / wpk_lo / wflag).
+  if (dt == DType::kDouble) return false;
   const int64_t size = dt == DType::kFloat ? 4 : 2;
   if (prm.Kc * size < 128 || prm.Nc <= 32) return false;
   // Source pixels of a phase row must be consecutive (always in forward; the
   // dgrad conv needs stride 1 along x).
   if (prm.mode == IgemmMode::kDgrad && prm.p.sw != 1) return false;
+  // One tap column per phase gives no halo reuse: only 3xTF32 takes it (its
+  // alternative, the mma.sync 3xTF32 kernel, is about 2x slower).
+  const bool split = dt == DType::kFloat && math == MathMode::kIEEE;
   const HaloShape h = halo_shape(prm);
-  if (h.max_xt > kHaloMaxReach || h.max_ntap_x < 2) return false;
+  if (h.max_xt > kHaloMaxReach || h.max_ntap_x < (split ? 1 : 2)) return false;
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -322,16 +482,19 @@ bool tc_halo_supported(const IgemmParams& prm, DType dt, MathMode math) {
 // more tap columns when the GEMM has at most 64 columns or the type is fp32 (seedA/seedB
 // forward and grad_input); it loses with 128 16-bit columns (seedA bf16 forward: 2.04 vs
 // 1.87 ms) and with two tap columns per phase (dcgan, vae forward: 15-20% slower).
-bool tc_halo_preferred(const IgemmParams& prm, DType dt) {
+// 3xTF32 (fp32, TF32 off): the halo kernel wherever it applies; the alternative is
+// the mma.sync 3xTF32 kernel (docs/perf-notes.md, v4.2).
+bool tc_halo_preferred(const IgemmParams& prm, DType dt, MathMode math) {
 #if defined(CONVT2D_WGMMA)
+  if (dt == DType::kFloat && math == MathMode::kIEEE) return true;
   return halo_shape(prm).max_ntap_x >= 3 && (prm.Nc <= 64 || dt == DType::kFloat);
 #else
-  (void)prm; (void)dt;
+  (void)prm; (void)dt; (void)math;
   return false;
 #endif
 }
 
-cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, cudaStream_t st) {
+cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st) {
 #if defined(CONVT2D_WGMMA)
   // The halo slots hold BM + kHaloMaxReach rows; the loader trusts that bound.
   const HaloShape h = halo_shape(prm);
@@ -341,11 +504,14 @@ cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, cudaStream_t st) {
   switch (dt) {
     case DType::kHalf: return run_halo_t<__half>(prm, max_mv, st);
     case DType::kBFloat16: return run_halo_t<__nv_bfloat16>(prm, max_mv, st);
-    case DType::kFloat: return run_halo_t<float>(prm, max_mv, st);
+    case DType::kFloat:
+      if (math != MathMode::kIEEE) return run_halo_t<float>(prm, max_mv, st);
+      if (!prm.wpk_hi || !prm.wpk_lo || !prm.wflag) return cudaErrorInvalidValue;
+      return run_halo_split(prm, max_mv, st);
     default: return cudaErrorInvalidValue;
   }
 #else
-  (void)prm; (void)dt; (void)st;
+  (void)prm; (void)dt; (void)math; (void)st;
   return cudaErrorInvalidDeviceFunction;
 #endif
 }

@@ -541,11 +541,13 @@ static bool want_halo(const IgemmParams& prm, DType dt, MathMode math) {
     if (h ? h[0] != '1' : std::getenv("CONVT2D_WS") != nullptr) return false;
     forced = h != nullptr;
   }
-  return tc_halo_supported(prm, dt, math) && (forced || tc_halo_preferred(prm, dt));
+  // 3xTF32 on the halo kernel needs the split weight (the glue provides it where supported).
+  if (dt == DType::kFloat && math == MathMode::kIEEE && !prm.wpk_hi) return false;
+  return tc_halo_supported(prm, dt, math) && (forced || tc_halo_preferred(prm, dt, math));
 }
 
 cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st) {
-  if (want_halo(prm, dt, math)) return launch_tc_halo(prm, dt, st);
+  if (want_halo(prm, dt, math)) return launch_tc_halo(prm, dt, math, st);
   switch (dt) {
     case DType::kHalf: return run_tc_k<__half, false>(prm, st);
     case DType::kBFloat16: return run_tc_k<__nv_bfloat16, false>(prm, st);

@@ -308,6 +308,35 @@ def test_halo_kernel_forced_ieee(cfg, layout, monkeypatch):
         x = x.contiguous(memory_format=torch.channels_last)
     with _tf32_off():
         check(x, w, b, cfg.kwargs(), what=f"halo 3xTF32 {layout} ")
+        if torch.cuda.get_device_capability() == (9, 0):  # and it ran there, not a fallback
+            names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+            assert any(_split_halo(n) for n in names), names
+
+
+def _split_halo(name):
+    """The 3xTF32 halo kernel: HaloTraits<float, BM, BN, SB, true>, mangled or demangled."""
+    return "tc_halo_kernel" in name and bool(re.search(
+        r"HaloTraitsIfLi\d+ELi\d+ELi\d+ELb1E|HaloTraits<float, \d+, \d+, \d+, true>", name))
+
+
+@pytest.mark.parametrize("cout", [64, 128], ids=lambda c: f"cout{c}")
+def test_overflowing_product_ieee_gives_inf_not_nan(cout):
+    """fp32 with TF32 off: x = 2^20 + 768 times a weight of 2^120 overflows to +inf. The big
+    halves' product is inf while the cross term x_small * w_big is -2^128 = -inf, so summing
+    them together would give NaN: the weight flag must send the items to the careful sum
+    (cross terms dropped where big*big is not finite). Everything else stays accurate."""
+    x = torch.randn(2, 64, 9, 21, dtype=torch.float64)
+    x[1, 7, 4, 5] = 2.0**20 + 768
+    w = torch.randn(64, cout, 3, 3, dtype=torch.float64) * 0.1
+    w[7, 5, 1, 1] = 2.0**120
+    ref = F.conv_transpose2d(x.float().double(), w.float().double(), padding=1).cuda()
+    with _tf32_off():
+        out = convt2d.forward(x.float().cuda(), w.float().cuda(), padding=1)
+    assert not out.isnan().any(), "NaN in the output"
+    big = ref.abs() > torch.finfo(torch.float32).max
+    assert big.sum().item() == 1 and out[big].item() == float("inf"), out[big]
+    assert out[~big].isfinite().all()
+    assert_close(out[~big], ref[~big], torch.float32, "cuda", "other outputs")
 
 
 @pytest.mark.parametrize("cout", [64, 128], ids=lambda c: f"cout{c}")
@@ -353,11 +382,7 @@ def test_halo_kernel_is_the_default_where_it_applies():
     x32, w32 = x.detach().float().requires_grad_(True), w.float()
     with _tf32_off():
         names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
-    def split_halo(n):  # HaloTraits<float, BM, BN, SB, true>, mangled or demangled
-        return "tc_halo_kernel" in n and bool(
-            re.search(r"HaloTraitsIfLi\d+ELi\d+ELi\d+ELb1E|HaloTraits<float, \d+, \d+, \d+, true>", n))
-
-    assert sum(split_halo(n) for n in names) == 2, names
+    assert sum(_split_halo(n) for n in names) == 2, names
 
 
 # grad_weight on tensor cores (tc_wgrad.cu): M = kh*kw*Cog mixes taps inside one tile, so

@@ -874,7 +874,7 @@ def parse_args(argv=None):
     ap.add_argument("--peak-tflops-tf32", type=float, default=None,
                     help="peak for the fp32 rows (TF32 on)")
     ap.add_argument("--peak-tflops-fp32", type=float, default=None,
-                    help="peak for the fp32-ieee rows")
+                    help="FMA fp32 peak; the fp32-ieee rows use max(this, tf32 peak / 3) on CUDA")
     ap.add_argument("--bandwidth-tbs", type=float, default=None, help="memory bandwidth, TB/s")
     ap.add_argument("--no-measure-peaks", action="store_true",
                     help="don't measure; use flags or defaults (CUDA: bf16/fp16 800, tf32 400, "

@@ -1,5 +1,6 @@
 """Run one suite row a few times (for ncu): python scripts/profile_rows.py seedA bf16
-PROFILE_PASS=fwd (default) | gi | gw | bwd picks the forward or the backward gradients."""
+PROFILE_PASS=fwd (default) | gi | gw | bwd picks the forward or the backward gradients;
+PROFILE_SIDE=torch runs torch's forward instead."""
 import os
 import sys
 
@@ -14,7 +15,12 @@ cfg = {c.name: c for c in SUITE}[name]
 x = torch.randn(cfg.N, cfg.Cin, cfg.H, cfg.W, device="cuda", dtype=dt)
 w = torch.randn(cfg.Cin, cfg.Cout // cfg.groups, *cfg.k, device="cuda", dtype=dt)
 mode = os.environ.get("PROFILE_PASS", "fwd")
-if mode == "fwd":
+if os.environ.get("PROFILE_SIDE") == "torch":  # cuDNN's kernels for the same call
+    stride, padding, output_padding, groups, dilation = cfg.args()
+    for _ in range(2):
+        torch.nn.functional.conv_transpose2d(x, w, None, stride, padding, output_padding, groups,
+                                             dilation)
+elif mode == "fwd":
     for _ in range(2):
         convt2d.forward(x, w, None, *cfg.args())
 else:

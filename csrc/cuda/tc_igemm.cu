@@ -279,10 +279,17 @@ cudaError_t launch_tiles(Kernel kern, const IgemmParams& prm, cudaStream_t st) {
 // consumer arrivals once the wgmma reading the stage has retired: each
 // consumer keeps one wgmma group in flight, wait_group 1). The loader runs up
 // to S - 1 tiles ahead.
-template <typename T, int BN_, int S_>
+template <typename T, int BN_, int S_, int TPR_ = 4>
 struct WsTraits {
   using Tp = T;
   static constexpr int BM = 256, BN = BN_, S = S_, BKB = 128, CH = 8, KS = 4;
+  // Loader: TPR threads per 128-byte row, each CPR chunks (sub + TPR c); a pass of
+  // the 128 loader threads covers RPI rows. TPR 4 (two sectors of a row per request)
+  // halves the L2 requests of TPR 2 (one sector): measured (perf-notes v4.3)
+  // seedA bf16 forward 1.87 -> 1.64 ms, dcgan 0.161 -> 0.134; TPR 8 (whole rows,
+  // 4x fewer requests, L2 78% -> 32% busy) is slower than 4 (1.75 ms): more rows per
+  // loader thread.
+  static constexpr int TPR = TPR_, CPR = 8 / TPR_, RPI = 128 / TPR_;
   static constexpr int E = 16 / int(sizeof(T)), BK = BKB / int(sizeof(T));
   static constexpr int kThreads = 384, kConsumers = 256;
   static constexpr int NI = BN / 8;
@@ -324,22 +331,23 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
   __syncthreads();
 
   if (wg == 0) {
-    // ---- loader: rows rb + 64 i, chunks sub + 2 c (a warp-wide cp.async covers
-    // whole 32-byte sectors) ---------------------------------------------------------
+    // ---- loader: rows rb + RPI i, chunks sub + TPR c (a warp-wide cp.async covers
+    // 32 / TPR rows of TPR * 16 bytes each) --------------------------------------------
     const T* __restrict__ src = static_cast<const T*>(prm.src.ptr);
     const T* __restrict__ wpk = static_cast<const T*>(prm.wpk);
-    const int sub = tid & 1, rb = tid >> 1;
-    constexpr int AR = BM / 64, BR = BN / 64;
+    constexpr int TPR = Tr::TPR, CPR = Tr::CPR, RPI = Tr::RPI;
+    const int sub = tid % TPR, rb = tid / TPR;
+    constexpr int AR = BM / RPI, BR = BN / RPI;
     int64_t a_off[AR];
     int a_iy[AR], a_ix[AR];
 #pragma unroll
     for (int i = 0; i < AR; ++i)
-      a_off[i] = a_row_source(prm, t, t.m0 + rb + 64 * i, sub * E, a_iy[i], a_ix[i]);
+      a_off[i] = a_row_source(prm, t, t.m0 + rb + RPI * i, sub * E, a_iy[i], a_ix[i]);
     const int64_t tap_stride = int64_t(Nc) * Kc;
     const T* b_base = wpk + t.g * p.kh * p.kw * tap_stride + sub * E;
     bool b_ok[BR];
 #pragma unroll
-    for (int i = 0; i < BR; ++i) b_ok[i] = t.n0 + rb + 64 * i < Nc;
+    for (int i = 0; i < BR; ++i) b_ok[i] = t.n0 + rb + RPI * i < Nc;
     const uint32_t uHs = uint32_t(prm.Hs), uWs = uint32_t(prm.Ws);
     TapCursor l(prm, t, tap_stride);
     for (int it = 0; it < iters; ++it) {
@@ -349,23 +357,23 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
       const int c0 = l.ct * BK + sub * E;
 #pragma unroll
       for (int i = 0; i < AR; ++i) {
-        const int r = rb + 64 * i;
+        const int r = rb + RPI * i;
         const bool row_ok = uint32_t(a_iy[i] + l.dy) < uHs && uint32_t(a_ix[i] + l.dx) < uWs;
         const T* ga = src + (a_off[i] + l.delta + l.ct * BK);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const bool ok = row_ok && c0 + 2 * c * E < Kc;
-          cp_async16(sa + swz<CH>(r, sub + 2 * c), ok ? ga + 2 * c * E : src, ok ? 16 : 0);
+        for (int c = 0; c < CPR; ++c) {
+          const bool ok = row_ok && c0 + TPR * c * E < Kc;
+          cp_async16(sa + swz<CH>(r, sub + TPR * c), ok ? ga + TPR * c * E : src, ok ? 16 : 0);
         }
       }
 #pragma unroll
       for (int i = 0; i < BR; ++i) {
-        const int r = rb + 64 * i;
+        const int r = rb + RPI * i;
         const T* gb = b_base + (t.n0 + r) * Kc + (l.btap + l.ct * BK);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const bool ok = b_ok[i] && c0 + 2 * c * E < Kc;
-          cp_async16(sb + swz<CH>(r, sub + 2 * c), ok ? gb + 2 * c * E : wpk, ok ? 16 : 0);
+        for (int c = 0; c < CPR; ++c) {
+          const bool ok = b_ok[i] && c0 + TPR * c * E < Kc;
+          cp_async16(sb + swz<CH>(r, sub + TPR * c), ok ? gb + TPR * c * E : wpk, ok ? 16 : 0);
         }
       }
       mbar_arrive_cp_async(full0 + 8 * s);

@@ -246,12 +246,16 @@ _WS_CFGS = [
 ]
 
 
-@pytest.mark.parametrize("ws", ["0", "1"])
+@pytest.mark.parametrize("ws", ["0", "1", "1-cpasync"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _WS_CFGS, ids=lambda c: c.id())
 def test_tensor_core_kernels_forced(cfg, dtype, layout, ws, monkeypatch):
-    monkeypatch.setenv("CONVT2D_WS", ws)
+    # "1": the warp-specialised kernel with its TMA loader where that applies (here:
+    # all but the groups=2 row with 64 channels per group in fp16/bf16... which also
+    # applies, Kc 64 = one channel tile); "1-cpasync": its cp.async loader.
+    monkeypatch.setenv("CONVT2D_WS", ws[0])
+    monkeypatch.setenv("CONVT2D_WS_TMA", "0" if ws == "1-cpasync" else "1")
     x, w, b = cfg.make(dtype, "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -362,6 +366,38 @@ def _kernel_names(fn):
         fn()
         torch.cuda.synchronize()
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def _ws_tma(names):
+    """(TMA, cp.async) launch counts of tc_ws_kernel<Traits, kChanOut, kTma> in names."""
+    ws = [n for n in names if "tc_ws_kernel<" in n]
+    tma = sum(re.search(r", (true|false), true>", n) is not None for n in ws)
+    return tma, len(ws) - tma
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_ws_kernel_tma_loader_where_it_applies(dtype, monkeypatch):
+    """The warp-specialised kernel loads through TMA (im2col A, tiled B) on an H100, forward
+    and grad_input (stride 2: the grad_input map walks its pixel window in steps of 2). It
+    falls back to cp.async where a channel tile would cross into the next group (groups 2
+    with Kc 96: 16-bit channel tiles are 64 wide, fp32 ones 32) and with CONVT2D_WS_TMA=0.
+    Every result is checked against the float64 reference."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the warp-specialised kernel is built for sm_90a")
+    monkeypatch.setenv("CONVT2D_WS", "1")
+    monkeypatch.setenv("CONVT2D_HALO", "0")
+    dense = Cfg(3, 128, 192, 9, 11, k=4, stride=2, padding=1, bias=True)
+    grouped = Cfg(2, 192, 256, 7, 9, k=3, stride=2, padding=1, groups=2)  # Kc 96 fwd, 128 dgrad
+    fp32 = dtype == torch.float32
+    for cfg, env, want in [(dense, "1", (2, 0)), (dense, "0", (0, 2)),
+                           (grouped, "1", (2, 0) if fp32 else (1, 1))]:
+        monkeypatch.setenv("CONVT2D_WS_TMA", env)
+        x, w, b = cfg.make(dtype, "cuda")
+        x.requires_grad_(True)
+        names = _kernel_names(
+            lambda: convt2d.forward(x, w, b, **cfg.kwargs()).float().sum().backward())
+        assert _ws_tma(names) == want, (cfg.id(), env, names)
+        check(x.detach(), w, b, cfg.kwargs(), what=f"tma={env} ")
 
 
 def test_halo_kernel_is_the_default_where_it_applies():

@@ -272,6 +272,41 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+
+// ---- TMA (sm_90a) --------------------------------------------------------------------
+// The tensor maps live in the kernel's __grid_constant__ parameter; their generic
+// addresses go into the instructions. Each load completes tx bytes on the mbarrier.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile(
+      "{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+      "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// im2col load of a 4-D channels-last tensor (dims C, W, H, N): the box's
+// pixelsPerColumn pixels from base pixel (w, h, n) on, walking the map's pixel
+// window, each shifted by (ow, oh); channels c .. c + channelsPerPixel - 1.
+__device__ __forceinline__ void tma_load_im2col4(uint32_t dst, const void* map, uint32_t bar,
+                                                 int c, int w, int h, int n, uint16_t ow,
+                                                 uint16_t oh) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar), "h"(ow),
+      "h"(oh)
+      : "memory");
+}
+// Tiled load of a 2-D tensor: the box at (x inner, y outer).
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, uint32_t bar, int x,
+                                            int y) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
 #endif  // CONVT2D_WGMMA
 
 }  // namespace

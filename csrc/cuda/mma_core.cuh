@@ -182,7 +182,7 @@ struct Geo {
 };
 
 // Geometry of phase r of one dimension (forward), or of the dgrad conv.
-__device__ __forceinline__ Geo make_geo(IgemmMode mode, int64_t r, int64_t s, int64_t pad,
+__host__ __device__ __forceinline__ Geo make_geo(IgemmMode mode, int64_t r, int64_t s, int64_t pad,
                                         int64_t d, int64_t k, int64_t dst_size) {
   Geo g;
   if (mode == IgemmMode::kForward) {

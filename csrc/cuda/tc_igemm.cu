@@ -18,8 +18,10 @@
 #include "cuda/ptx.cuh"
 #include "cuda/wgmma.cuh"
 #include "common/static_switch.h"
+#include <cuda.h>  // CUtensorMap and the encoders' types (called through the runtime)
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -303,9 +305,37 @@ struct WsTraits {
   static_assert(BN == 64 || BN == 128, "BN");
 };
 
-template <class Tr, bool kChanOut>
-__global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
+// TMA loader (kTma): one thread issues, per stage, one im2col load of the
+// 256 A rows (the phase's tensor map walks the phase's pixel window, shifted by
+// the tap) and one tiled load of the BN x 128-byte B box; both land in the
+// 128-byte swizzle the wgmma descriptors read, zero-filled outside the tensors.
+// One map per stride phase (their pixel windows differ); make_ws_tma_maps says
+// where it applies.
+constexpr int kTmaMaxPhases = 16;
+struct WsTmaMaps {
+  CUtensorMap b;                   // wpk as [G*kh*kw*Nc rows][Kc]
+  CUtensorMap a[kTmaMaxPhases];    // src (C, W, H, N), per phase ry * phases_x + rx
+};
+template <bool kTma>
+struct WsArgs {
+  IgemmParams prm;
+};
+template <>
+struct WsArgs<true> {
+  WsTmaMaps tma;
+  IgemmParams prm;
+};
+
+// Lowest source offset over a phase's taps (the tensor map's pixel-window corner):
+// tap j reads q * im + ia + j * it = base + (ia + j * it - lo).
+__host__ __device__ __forceinline__ int64_t tap_lo(int64_t ia, int64_t it, int64_t ntap) {
+  return it < 0 ? ia + (ntap - 1) * it : ia;
+}
+
+template <class Tr, bool kChanOut, bool kTma>
+__global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ WsArgs<kTma> args) {
   using T = typename Tr::Tp;
+  const IgemmParams& prm = args.prm;
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, S = Tr::S;
   constexpr int BKB = Tr::BKB, CH = Tr::CH, NI = Tr::NI;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -323,14 +353,46 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
   const uint32_t full0 = sbase + Tr::kBarOff, empty0 = full0 + S * 8;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(full0 + 8 * s, 128);
+      mbar_init(full0 + 8 * s, kTma ? 1 : 128);
       mbar_init(empty0 + 8 * s, Tr::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  if (wg == 0) {
+  if constexpr (kTma) {
+    if (wg == 0) {
+      if (tid != 0 || iters == 0) return;
+      const CUtensorMap* amap = &args.tma.a[t.ry * prm.phases_x + t.rx];
+      const CUtensorMap* bmap = &args.tma.b;
+      tma_prefetch_map(amap);
+      tma_prefetch_map(bmap);
+      const int lo_y = int(tap_lo(t.ia_y, t.it_y, t.ntap_y));
+      const int lo_x = int(tap_lo(t.ia_x, t.it_x, t.ntap_x));
+      const int64_t n = t.m0 / t.pix, rem = t.m0 - n * t.pix;
+      const int64_t qy = rem / t.nqx, qx = rem - qy * t.nqx;
+      const int bx = int(qx) * t.im_x + lo_x, by = int(qy) * t.im_y + lo_y;
+      const int c_base = int(t.g * prm.Kc);
+      const int b_row = int((t.g * p.kh * p.kw) * prm.Nc + t.n0);
+      int ct = 0, jx = 0, jy = 0;
+      for (int it = 0; it < iters; ++it) {
+        const int s = it % S;
+        if (it >= S) mbar_wait(empty0 + 8 * s, uint32_t((it / S - 1) & 1));
+        const uint32_t sa = sbase + s * Tr::kStageBytes, sb = sa + BM * BKB;
+        mbar_arrive_expect_tx(full0 + 8 * s, Tr::kStageBytes);
+        tma_load_im2col4(sa, amap, full0 + 8 * s, c_base + ct * BK, bx, by, int(n),
+                         uint16_t(t.ia_x + jx * t.it_x - lo_x),
+                         uint16_t(t.ia_y + jy * t.it_y - lo_y));
+        const int tap = (t.k0y + jy * t.ksy) * p.kw + t.k0x + jx * t.ksx;
+        tma_load_2d(sb, bmap, full0 + 8 * s, ct * BK, b_row + tap * int(prm.Nc));
+        if (++ct == kc_tiles) {
+          ct = 0;
+          if (++jx == t.ntap_x) { jx = 0; ++jy; }
+        }
+      }
+      return;
+    }
+  } else if (wg == 0) {
     // ---- loader: rows rb + RPI i, chunks sub + TPR c (a warp-wide cp.async covers
     // 32 / TPR rows of TPR * 16 bytes each) --------------------------------------------
     const T* __restrict__ src = static_cast<const T*>(prm.src.ptr);
@@ -395,9 +457,9 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
   for (int it = 0; it < iters; ++it) {
     const int s = it % S;
     mbar_wait(full0 + 8 * s, uint32_t((it / S) & 1));
-    // The stage was written by cp.async (generic proxy); wgmma reads it
-    // through the async proxy.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    // A cp.async stage was written through the generic proxy; wgmma reads it
+    // through the async proxy (TMA writes through the async proxy already).
+    if constexpr (!kTma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     const uint32_t sa = sbase + s * Tr::kStageBytes;
     const uint32_t a_tile = sa + cw * 128 * BKB, b_tile = sa + BM * BKB;
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -425,11 +487,128 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const IgemmParams prm) {
       prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
 }
 
+// Driver entry points through the runtime (no link against libcuda).
+template <class Fn>
+Fn driver_fn(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess)
+    return nullptr;
+#else
+  if (cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q) != cudaSuccess) return nullptr;
+#endif
+  return q == cudaDriverEntryPointSuccess ? reinterpret_cast<Fn>(fn) : nullptr;
+}
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+using EncodeIm2colFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                    const cuuint64_t*, const cuuint64_t*, const int*, const int*,
+                                    cuuint32_t, cuuint32_t, const cuuint32_t*,
+                                    CUtensorMapInterleave, CUtensorMapSwizzle,
+                                    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The TMA maps of a warp-specialised launch, or false where TMA does not apply
+// (then the cp.async loader runs): channels-last source with 16-byte aligned
+// pixel strides, at most kTmaMaxPhases phases, a channel tile that stays inside
+// its group (one group, or Kc a multiple of BK: TMA zero-fills only outside the
+// tensor), pixel-window corners within the 4-D im2col range [-128, 127] and
+// traversal strides <= 8, and the driver's encoders accepting the maps.
+template <class Tr>
+bool make_ws_tma_maps(const IgemmParams& prm, WsTmaMaps& m) {
+  using T = typename Tr::Tp;
+  const Problem& p = prm.p;
+  const int64_t es = sizeof(T);
+  if (prm.phases_y * prm.phases_x > kTmaMaxPhases || prm.src.sc != 1) return false;
+  if (p.groups > 1 && prm.Kc % Tr::BK != 0) return false;
+  if ((prm.Kc * es) % 16 != 0) return false;
+  const auto al16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
+  if (!al16(prm.src.ptr) || !al16(prm.wpk)) return false;
+  const int64_t str[3] = {prm.src.sw * es, prm.src.sh * es, prm.src.sn * es};
+  for (int64_t v : str)
+    if (v <= 0 || v % 16 != 0 || v >= (int64_t(1) << 40)) return false;
+  static const EncodeTiledFn enc_tiled = driver_fn<EncodeTiledFn>("cuTensorMapEncodeTiled");
+  static const EncodeIm2colFn enc_im2col = driver_fn<EncodeIm2colFn>("cuTensorMapEncodeIm2col");
+  if (!enc_tiled || !enc_im2col) return false;
+  const CUtensorMapDataType dt = std::is_same<T, float>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                 : std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  {
+    const cuuint64_t dim[2] = {cuuint64_t(prm.Kc), cuuint64_t(p.groups * p.kh * p.kw * prm.Nc)};
+    const cuuint64_t stride[1] = {cuuint64_t(prm.Kc * es)};
+    const cuuint32_t box[2] = {cuuint32_t(Tr::BK), cuuint32_t(Tr::BN)};
+    const cuuint32_t estr[2] = {1, 1};
+    if (enc_tiled(&m.b, dt, 2, const_cast<void*>(prm.wpk), dim, stride, box, estr,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  }
+  const cuuint64_t dim[4] = {cuuint64_t(p.groups * prm.Kc), cuuint64_t(prm.Ws), cuuint64_t(prm.Hs),
+                             cuuint64_t(p.N)};
+  const cuuint64_t stride[3] = {cuuint64_t(str[0]), cuuint64_t(str[1]), cuuint64_t(str[2])};
+  for (int64_t ry = 0; ry < prm.phases_y; ++ry)
+    for (int64_t rx = 0; rx < prm.phases_x; ++rx) {
+      CUtensorMap& a = m.a[ry * prm.phases_x + rx];
+      const Geo gy = make_geo(prm.mode, ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
+      const Geo gx = make_geo(prm.mode, rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+      if (gy.nq == 0 || gx.nq == 0 || gy.ntap == 0 || gx.ntap == 0) {
+        std::memset(&a, 0, sizeof(a));  // no loads: the phase's tiles only store bias / zeros
+        continue;
+      }
+      if (gy.im > 8 || gx.im > 8) return false;
+      // Pixel window at offset 0: base q * im + lo for q in [0, nq), i.e. corners
+      // lo and lo + (nq - 1) * im - (size - 1); index 0 is W, 1 is H.
+      const int64_t lo[2] = {tap_lo(gx.ia, gx.it, gx.ntap), tap_lo(gy.ia, gy.it, gy.ntap)};
+      const int64_t hi[2] = {lo[0] + (gx.nq - 1) * gx.im - (prm.Ws - 1),
+                             lo[1] + (gy.nq - 1) * gy.im - (prm.Hs - 1)};
+      const int64_t reach[2] = {(gx.ntap - 1) * (gx.it < 0 ? -gx.it : gx.it),
+                                (gy.ntap - 1) * (gy.it < 0 ? -gy.it : gy.it)};
+      for (int d = 0; d < 2; ++d)
+        if (lo[d] < -128 || lo[d] > 127 || hi[d] < -128 || hi[d] > 127 || reach[d] > 0xffff)
+          return false;
+      const int lower[2] = {int(lo[0]), int(lo[1])}, upper[2] = {int(hi[0]), int(hi[1])};
+      const cuuint32_t estr[4] = {1, cuuint32_t(gx.im), cuuint32_t(gy.im), 1};
+      if (enc_im2col(&a, dt, 4, prm.src.ptr, dim, stride, lower, upper, cuuint32_t(Tr::BK),
+                     cuuint32_t(Tr::BM), estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return false;
+    }
+  return true;
+}
+
+template <class Tr, bool kTma>
+cudaError_t launch_ws(const WsArgs<kTma>& args, cudaStream_t st) {
+  const IgemmParams& prm = args.prm;
+  const int64_t mt = (prm.max_m + Tr::BM - 1) / Tr::BM;
+  const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
+  const int64_t blocks = mt * nt * prm.phases_y * prm.phases_x * prm.p.groups;
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
+    auto kern = tc_ws_kernel<Tr, kChan, kTma>;
+    cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    if (e != cudaSuccess) return e;
+    kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(args);
+    return cudaGetLastError();
+  });
+}
+
+// TMA loader where it applies, unless CONVT2D_WS_TMA=0 (A/B timing).
 template <class Tr>
 cudaError_t run_ws(const IgemmParams& prm, cudaStream_t st) {
-  return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
-    return launch_tiles<Tr>(tc_ws_kernel<Tr, kChan>, prm, st);
-  });
+  const char* e = std::getenv("CONVT2D_WS_TMA");
+  if (!(e && e[0] == '0')) {
+    WsArgs<true> a;
+    a.prm = prm;
+    if (make_ws_tma_maps<Tr>(prm, a.tma)) return launch_ws<Tr, true>(a, st);
+  }
+  WsArgs<false> a;
+  a.prm = prm;
+  return launch_ws<Tr, false>(a, st);
 }
 #endif  // CONVT2D_WGMMA
 

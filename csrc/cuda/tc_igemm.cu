@@ -597,15 +597,19 @@ cudaError_t launch_ws(const WsArgs<kTma>& args, cudaStream_t st) {
   });
 }
 
-// TMA loader where it applies, unless CONVT2D_WS_TMA=0 (A/B timing).
+// The TMA maps of a warp-specialised launch (false where TMA does not apply, or
+// with CONVT2D_WS_TMA=0 for A/B timing: then the cp.async loader runs).
 template <class Tr>
-cudaError_t run_ws(const IgemmParams& prm, cudaStream_t st) {
+bool ws_tma_args(const IgemmParams& prm, WsArgs<true>& a) {
   const char* e = std::getenv("CONVT2D_WS_TMA");
-  if (!(e && e[0] == '0')) {
-    WsArgs<true> a;
-    a.prm = prm;
-    if (make_ws_tma_maps<Tr>(prm, a.tma)) return launch_ws<Tr, true>(a, st);
-  }
+  if (e && e[0] == '0') return false;
+  a.prm = prm;
+  return make_ws_tma_maps<Tr>(prm, a.tma);
+}
+
+template <class Tr>
+cudaError_t run_ws(const IgemmParams& prm, const WsArgs<true>* tma, cudaStream_t st) {
+  if (tma) return launch_ws<Tr, true>(*tma, st);
   WsArgs<false> a;
   a.prm = prm;
   return launch_ws<Tr, false>(a, st);
@@ -671,19 +675,29 @@ cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
 #if defined(CONVT2D_WGMMA)
   if constexpr (!kSplit) {
     if (prm.Kc * int64_t(sizeof(T)) >= 128 && use_wgmma(prm)) {
-      // Warp-specialised 256-row tiles (one block per SM) when the GEMM has more
-      // than 64 columns and a long enough K loop (average K row >= 12 tiles of
-      // 128 bytes); below that the fill and the unoverlapped epilogue of a
-      // single resident block cost more than the two-block kernel (measured:
-      // unet 0.197 vs 0.176 ms bf16, seedB (Nc 64) 2.27 vs 2.22 ms).
+      // Warp-specialised 256-row tiles (one block per SM) wherever its TMA loader
+      // applies (measured faster than the two-block kernel on every suite row it
+      // takes, perf-notes v5: unet bf16 forward 0.161 -> 0.146 ms, seedB (Nc 64)
+      // 2.215 -> 1.536), and with the cp.async loader when the GEMM has more than 64
+      // columns and a long enough K loop (average K row >= 12 tiles of 128 bytes);
+      // below that the fill and the unoverlapped epilogue of a single resident block
+      // cost more than the two-block kernel (cp.async loader, measured: unet 0.197
+      // vs 0.176 ms bf16, seedB 2.27 vs 2.22 ms).
       // prm.ws (autotuning) or CONVT2D_WS=0 / 1 (A/B timing) force it off / on.
       const char* ws = std::getenv("CONVT2D_WS");
+      const bool forced = prm.ws == 0 || prm.ws == 1 || ws != nullptr;
+      const bool want = prm.ws == 0 || prm.ws == 1 ? prm.ws == 1 : ws && ws[0] == '1';
       const int64_t k_row_bytes = prm.Kc * prm.p.kh * prm.p.kw * int64_t(sizeof(T)) /
                                   (prm.phases_y * prm.phases_x);
       const bool ws_auto = prm.Nc > 64 && k_row_bytes >= 12 * 128;
-      if (prm.ws == 0 || prm.ws == 1 ? prm.ws == 1 : ws ? ws[0] == '1' : ws_auto) {
-        if (prm.Nc <= 64) return run_ws<WsTraits<T, 64, 5>>(prm, st);
-        return run_ws<WsTraits<T, 128, 4>>(prm, st);
+      using Ws64 = WsTraits<T, 64, 5>;
+      using Ws128 = WsTraits<T, 128, 4>;
+      WsArgs<true> a;
+      const bool tma = (!forced || want) &&
+                       (prm.Nc <= 64 ? ws_tma_args<Ws64>(prm, a) : ws_tma_args<Ws128>(prm, a));
+      if (forced ? want : tma || ws_auto) {
+        if (prm.Nc <= 64) return run_ws<Ws64>(prm, tma ? &a : nullptr, st);
+        return run_ws<Ws128>(prm, tma ? &a : nullptr, st);
       }
       if (prm.Nc <= 64) return run_tc<TcTraits<T, 128, 64, 8, 1, 4, 128, false, 2, true>>(prm, st);
       return run_tc<TcTraits<T, 128, 128, 8, 1, 3, 128, false, 2, true>>(prm, st);
@@ -718,6 +732,28 @@ bool tc_igemm_supported(const IgemmParams& prm, DType dt) {
 
 // The halo kernel where it applies and the heuristic (or prm.ws == 2) picks it, unless the A/B overrides
 // (CONVT2D_HALO=0 / 1, CONVT2D_WS, CONVT2D_NO_WGMMA=1) ask for another kernel.
+// Whether the warp-specialised kernel would load through TMA (its maps encode).
+static bool ws_tma_applies(const IgemmParams& prm, DType dt) {
+#if defined(CONVT2D_WGMMA)
+  if (prm.Kc * (dt == DType::kFloat ? 4 : 2) < 128) return false;
+  const auto check = [&](auto tag) {
+    using T = decltype(tag);
+    WsArgs<true> a;
+    return prm.Nc <= 64 ? ws_tma_args<WsTraits<T, 64, 5>>(prm, a)
+                        : ws_tma_args<WsTraits<T, 128, 4>>(prm, a);
+  };
+  switch (dt) {
+    case DType::kHalf: return check(__half());
+    case DType::kBFloat16: return check(__nv_bfloat16());
+    case DType::kFloat: return check(float());
+    default: return false;
+  }
+#else
+  (void)prm; (void)dt;
+  return false;
+#endif
+}
+
 static bool want_halo(const IgemmParams& prm, DType dt, MathMode math) {
   if (prm.ws == 0 || prm.ws == 1) return false;
   const char* no = std::getenv("CONVT2D_NO_WGMMA");
@@ -730,7 +766,18 @@ static bool want_halo(const IgemmParams& prm, DType dt, MathMode math) {
   }
   // 3xTF32 on the halo kernel needs the split weight (the glue provides it where supported).
   if (dt == DType::kFloat && math == MathMode::kIEEE && !prm.wpk_hi) return false;
-  return tc_halo_supported(prm, dt, math) && (forced || tc_halo_preferred(prm, dt, math));
+  if (!tc_halo_supported(prm, dt, math)) return false;
+  if (forced) return true;
+  if (!tc_halo_preferred(prm, dt, math)) return false;
+  // Where the warp-specialised kernel's TMA loader applies it beats the halo kernel
+  // on GEMMs of more than 64 columns (fp32: seedA forward 2.657 -> 2.314 ms) and on
+  // 16-bit grad_input (seedB bf16 1.354 -> 1.223, seedA 1.750 vs 1.776); the halo
+  // kernel keeps 16-bit forward (seedB bf16 1.429 vs 1.546) and fp32 with <= 64
+  // columns (seedB 2.073 vs 2.396, seedA grad_input 2.949 vs 3.449). perf-notes v5.
+  if (math == MathMode::kIEEE || use_wgmma(prm) == false) return true;
+  const bool bits16 = dt != DType::kFloat;
+  if (!(prm.Nc > 64 || (bits16 && prm.mode == IgemmMode::kDgrad))) return true;
+  return !ws_tma_applies(prm, dt);
 }
 
 cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st) {

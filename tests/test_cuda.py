@@ -251,9 +251,9 @@ _WS_CFGS = [
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _WS_CFGS, ids=lambda c: c.id())
 def test_tensor_core_kernels_forced(cfg, dtype, layout, ws, monkeypatch):
-    # "1": the warp-specialised kernel with its TMA loader where that applies (here:
-    # all but the groups=2 row with 64 channels per group in fp16/bf16... which also
-    # applies, Kc 64 = one channel tile); "1-cpasync": its cp.async loader.
+    # "1": the warp-specialised kernel with its TMA loader where that applies (all these
+    # rows except the groups=2 row's grad_input, Kc 80: a channel tile would cross into
+    # the next group, so it loads with cp.async); "1-cpasync": CONVT2D_WS_TMA=0.
     monkeypatch.setenv("CONVT2D_WS", ws[0])
     monkeypatch.setenv("CONVT2D_WS_TMA", "0" if ws == "1-cpasync" else "1")
     x, w, b = cfg.make(dtype, "cuda")
@@ -282,11 +282,15 @@ _HALO_CFGS = [
 ]
 
 
+@pytest.mark.parametrize("loader", ["tma", "cpasync"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _HALO_CFGS, ids=lambda c: c.id())
-def test_halo_kernel_forced(cfg, dtype, layout, monkeypatch):
+def test_halo_kernel_forced(cfg, dtype, layout, loader, monkeypatch):
+    # loader "tma": the TMA loader where it applies (all of these shapes but the groups=2 row
+    # in 16-bit, Kc 64 = one channel tile: that applies too); "cpasync": CONVT2D_HALO_TMA=0.
     monkeypatch.setenv("CONVT2D_HALO", "1")
+    monkeypatch.setenv("CONVT2D_HALO_TMA", "1" if loader == "tma" else "0")
     x, w, b = cfg.make(dtype, "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -368,10 +372,21 @@ def _kernel_names(fn):
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
+# The kernels' last template argument kTma = true, demangled or mangled.
+_TMA_TRUE = r", (true|false), true>|ELb[01]ELb1EEEv"
+
+
+def _halo_tma(names):
+    """(TMA, cp.async) launch counts of tc_halo_kernel<Traits, kChanOut, kTma> in names."""
+    halo = [n for n in names if "tc_halo_kernel<" in n]
+    tma = sum(re.search(_TMA_TRUE, n) is not None for n in halo)
+    return tma, len(halo) - tma
+
+
 def _ws_tma(names):
     """(TMA, cp.async) launch counts of tc_ws_kernel<Traits, kChanOut, kTma> in names."""
     ws = [n for n in names if "tc_ws_kernel<" in n]
-    tma = sum(re.search(r", (true|false), true>", n) is not None for n in ws)
+    tma = sum(re.search(_TMA_TRUE, n) is not None for n in ws)
     return tma, len(ws) - tma
 
 
@@ -400,7 +415,23 @@ def test_ws_kernel_tma_loader_where_it_applies(dtype, monkeypatch):
         check(x.detach(), w, b, cfg.kwargs(), what=f"tma={env} ")
 
 
-def test_halo_kernel_is_the_default_where_it_applies():
+def test_tma_declines_tap_reach_beyond_im2col_offsets(monkeypatch):
+    """A 4-D im2col copy takes tap offsets of 8 bits (0..255). Dilation 128 with 3 taps
+    reaches 256 along x (the pixel-window corners, -128, still fit): the TMA loaders must
+    decline, forward and grad_input, and the cp.async loader gives the right result."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the TMA loaders are built for sm_90a")
+    monkeypatch.setenv("CONVT2D_WS", "1")
+    monkeypatch.setenv("CONVT2D_HALO", "0")
+    cfg = Cfg(1, 64, 128, 6, 300, k=(1, 3), padding=(0, 128), dilation=(1, 128), bias=False)
+    x, w, b = cfg.make(torch.bfloat16, "cuda")
+    x.requires_grad_(True)
+    names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()).float().sum().backward())
+    assert _ws_tma(names) == (0, 2), names
+    check(x.detach(), w, b, cfg.kwargs(), what="reach 256 ")
+
+
+def test_halo_kernel_is_the_default_where_it_applies(monkeypatch):
     """On an H100 (compute capability 9.0, sm_90a build) a dense stride-1 layer with 64
     channels runs its bf16 forward on the halo kernel and its bf16 grad_input on the
     warp-specialised kernel's TMA loader (measured faster there, perf-notes v5); TF32 and
@@ -415,11 +446,15 @@ def test_halo_kernel_is_the_default_where_it_applies():
         convt2d.forward(x, w).sum().backward()
 
     names = _kernel_names(step)
-    assert sum("tc_halo_kernel" in n for n in names) == 1, names
+    assert _halo_tma(names) == (1, 0), names
     assert _ws_tma(names) == (1, 0), names
     x32, w32 = x.detach().float().requires_grad_(True), w.float()
     names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
-    assert sum("tc_halo_kernel" in n for n in names) == 2, names
+    assert _halo_tma(names) == (2, 0), names
+    monkeypatch.setenv("CONVT2D_HALO_TMA", "0")
+    names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
+    assert _halo_tma(names) == (0, 2), names
+    monkeypatch.delenv("CONVT2D_HALO_TMA")
     # fp32 with TF32 off: 3xTF32 on the halo kernel (the only wgmma 3xTF32 path).
     with _tf32_off():
         names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())

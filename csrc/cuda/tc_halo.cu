@@ -39,6 +39,7 @@
 #include "cuda/igemm_tile.cuh"
 #include "cuda/kernels.h"
 #include "cuda/ptx.cuh"
+#include "cuda/tma_maps.cuh"
 #include "cuda/wgmma.cuh"
 #include "common/static_switch.h"
 #include <algorithm>
@@ -141,9 +142,15 @@ __device__ __forceinline__ void split_item(float (&acc)[Tr::HALVES][Tr::NI][4], 
   }
 }
 
-template <class Tr, bool kChanOut>
-__global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) {
+// TMA loader (kTma, not with kSplit): one thread issues, per tap row and channel
+// tile, one im2col copy of the BM + xt halo rows (the phase's map: W window widened
+// by xt, W offset 0, the tap row as H offset), and per tap column one tiled copy of
+// the weight box (tma_maps.cuh).
+template <class Tr, bool kChanOut, bool kTma>
+__global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__ TmaArgs<kTma> args) {
+  static_assert(!(kTma && Tr::kSplit), "3xTF32 stages its halves through registers");
   using T = typename Tr::Tp;
+  const IgemmParams& prm = args.prm;
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, SB = Tr::SB;
   constexpr int CH = Tr::CH, NI = Tr::NI;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -169,18 +176,57 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
   const uint32_t fullA = emptyB + SB * 8, emptyA = fullA + 16;
   if (tid == 0) {
     for (int s = 0; s < SB; ++s) {
-      mbar_init(fullB + 8 * s, 128);
+      mbar_init(fullB + 8 * s, kTma ? 1 : 128);
       mbar_init(emptyB + 8 * s, Tr::kConsumers);
     }
     for (int s = 0; s < 2; ++s) {
-      mbar_init(fullA + 8 * s, 128);
+      mbar_init(fullA + 8 * s, kTma ? 1 : 128);
       mbar_init(emptyA + 8 * s, Tr::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  if (wg == 0) {
+  if constexpr (kTma) {
+    if (wg == 0) {
+      if (tid != 0 || tap_rows == 0) return;
+      const CUtensorMap* amap = &args.tma.a[t.ry * prm.phases_x + t.rx];
+      const CUtensorMap* bmap = &args.tma.b;
+      tma_prefetch_map(amap);
+      tma_prefetch_map(bmap);
+      const int lo_y = int(tap_lo(t.ia_y, t.it_y, t.ntap_y));
+      const int lo_x = int(tap_lo(t.ia_x, t.it_x, t.ntap_x));
+      const int64_t pixv = nqy * t.wv;
+      const int64_t n = t.m0 / pixv, rem = t.m0 - n * pixv;
+      const int64_t qy = rem / t.wv, u = rem - qy * t.wv;
+      const int bx = int(u) + lo_x, by = int(qy) * t.im_y + lo_y;
+      const int c_base = int(t.g * prm.Kc);
+      const int b_row = int((t.g * p.kh * p.kw) * prm.Nc + t.n0);
+      const uint32_t a_bytes = uint32_t(BM + xt) * 128u;
+      int ia = 0, ib = 0;
+      for (int jy = 0; jy < tap_rows; ++jy) {
+        const int oy = t.ia_y + jy * t.it_y - lo_y;
+        const int brow = (t.k0y + jy * t.ksy) * p.kw + t.k0x;
+        for (int ct = 0; ct < kc_tiles; ++ct, ++ia) {
+          const int a = ia & 1;
+          if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
+          const uint32_t sa = sbase + Tr::kAOff + a * Tr::kABytes;
+          mbar_arrive_expect_tx(fullA + 8 * a, a_bytes);
+          tma_load_im2col4(sa, amap, fullA + 8 * a, c_base + ct * BK, bx, by, int(n), 0,
+                           uint16_t(oy));
+          for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
+            const int s = ib % SB;
+            if (ib >= SB) mbar_wait(emptyB + 8 * s, uint32_t((ib / SB - 1) & 1));
+            const uint32_t sb = sbase + s * Tr::kBStage;
+            mbar_arrive_expect_tx(fullB + 8 * s, uint32_t(BN * 128));
+            tma_load_2d(sb, bmap, fullB + 8 * s, ct * BK,
+                        b_row + (brow + jx * t.ksx) * int(prm.Nc));
+          }
+        }
+      }
+      return;
+    }
+  } else if (wg == 0) {
     // ---- loader: halo rows and weight rows rb + 64 i, chunks sub + 2 c ----------------
     const T* __restrict__ src = static_cast<const T*>(prm.src.ptr);
     // 3xTF32: the big and small weight halves (same layout as wpk).
@@ -336,10 +382,10 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const IgemmParams prm) 
       for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
         const int s = ib % SB;
         mbar_wait(fullB + 8 * s, uint32_t((ib / SB) & 1));
-        // Both rings were written by cp.async (generic proxy); wgmma reads
-        // them through the async proxy.
+        // cp.async rings are written through the generic proxy; wgmma reads
+        // them through the async proxy (TMA writes through the async proxy).
         // (Measured: this fence costs 2-3% here; dropping it is not proven safe.)
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if constexpr (!kTma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         const int e = (t.it_x < 0 ? t.ntap_x - 1 - jx : jx) * adx;
         const uint32_t a_rows = sa + e * 128, b_tile = sbase + s * Tr::kBStage;
         if constexpr (Tr::kSplit) {
@@ -417,20 +463,38 @@ HaloShape halo_shape(const IgemmParams& prm) {
   return h;
 }
 
-template <class Tr>
-cudaError_t run_halo(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
+template <class Tr, bool kTma>
+cudaError_t launch_halo(const TmaArgs<kTma>& args, int64_t max_mv, cudaStream_t st) {
+  const IgemmParams& prm = args.prm;
   const int64_t mt = (max_mv + Tr::BM - 1) / Tr::BM;
   const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
   const int64_t blocks = mt * nt * prm.phases_y * prm.phases_x * prm.p.groups;
   if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
-    auto kern = tc_halo_kernel<Tr, kChan>;
+    auto kern = tc_halo_kernel<Tr, kChan, kTma>;
     cudaError_t e =
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     if (e != cudaSuccess) return e;
-    kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
+    kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(args);
     return cudaGetLastError();
   });
+}
+
+// The TMA loader where it applies (not 3xTF32), unless CONVT2D_HALO_TMA=0 (A/B timing).
+template <class Tr>
+cudaError_t run_halo(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
+  if constexpr (!Tr::kSplit) {
+    const char* e = std::getenv("CONVT2D_HALO_TMA");
+    if (!(e && e[0] == '0')) {
+      TmaArgs<true> a;
+      a.prm = prm;
+      if (make_tma_maps<typename Tr::Tp>(prm, Tr::BK, Tr::BN, Tr::BM, /*halo=*/true, a.tma))
+        return launch_halo<Tr, true>(a, max_mv, st);
+    }
+  }
+  TmaArgs<false> a;
+  a.prm = prm;
+  return launch_halo<Tr, false>(a, max_mv, st);
 }
 
 // 3xTF32: a fresh partial accumulator beside the total halves the tile per consumer

@@ -16,9 +16,9 @@
 #include "cuda/kernels.h"
 #include "cuda/mma_core.cuh"
 #include "cuda/ptx.cuh"
+#include "cuda/tma_maps.cuh"
 #include "cuda/wgmma.cuh"
 #include "common/static_switch.h"
-#include <cuda.h>  // CUtensorMap and the encoders' types (called through the runtime)
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -311,29 +311,8 @@ struct WsTraits {
 // 128-byte swizzle the wgmma descriptors read, zero-filled outside the tensors.
 // One map per stride phase (their pixel windows differ); make_ws_tma_maps says
 // where it applies.
-constexpr int kTmaMaxPhases = 16;
-struct WsTmaMaps {
-  CUtensorMap b;                   // wpk as [G*kh*kw*Nc rows][Kc]
-  CUtensorMap a[kTmaMaxPhases];    // src (C, W, H, N), per phase ry * phases_x + rx
-};
-template <bool kTma>
-struct WsArgs {
-  IgemmParams prm;
-};
-template <>
-struct WsArgs<true> {
-  WsTmaMaps tma;
-  IgemmParams prm;
-};
-
-// Lowest source offset over a phase's taps (the tensor map's pixel-window corner):
-// tap j reads q * im + ia + j * it = base + (ia + j * it - lo).
-__host__ __device__ __forceinline__ int64_t tap_lo(int64_t ia, int64_t it, int64_t ntap) {
-  return it < 0 ? ia + (ntap - 1) * it : ia;
-}
-
 template <class Tr, bool kChanOut, bool kTma>
-__global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ WsArgs<kTma> args) {
+__global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ TmaArgs<kTma> args) {
   using T = typename Tr::Tp;
   const IgemmParams& prm = args.prm;
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, S = Tr::S;
@@ -487,101 +466,13 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ W
       prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
 }
 
-// Driver entry points through the runtime (no link against libcuda).
-template <class Fn>
-Fn driver_fn(const char* name) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-#if CUDART_VERSION >= 12050
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess)
-    return nullptr;
-#else
-  if (cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q) != cudaSuccess) return nullptr;
-#endif
-  return q == cudaDriverEntryPointSuccess ? reinterpret_cast<Fn>(fn) : nullptr;
-}
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-using EncodeIm2colFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                    const cuuint64_t*, const cuuint64_t*, const int*, const int*,
-                                    cuuint32_t, cuuint32_t, const cuuint32_t*,
-                                    CUtensorMapInterleave, CUtensorMapSwizzle,
-                                    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// The TMA maps of a warp-specialised launch, or false where TMA does not apply
-// (then the cp.async loader runs): channels-last source with 16-byte aligned
-// pixel strides, at most kTmaMaxPhases phases, a channel tile that stays inside
-// its group (one group, or Kc a multiple of BK: TMA zero-fills only outside the
-// tensor), pixel-window corners within the 4-D im2col range [-128, 127] and
-// traversal strides <= 8, and the driver's encoders accepting the maps.
 template <class Tr>
-bool make_ws_tma_maps(const IgemmParams& prm, WsTmaMaps& m) {
-  using T = typename Tr::Tp;
-  const Problem& p = prm.p;
-  const int64_t es = sizeof(T);
-  if (prm.phases_y * prm.phases_x > kTmaMaxPhases || prm.src.sc != 1) return false;
-  if (p.groups > 1 && prm.Kc % Tr::BK != 0) return false;
-  if ((prm.Kc * es) % 16 != 0) return false;
-  const auto al16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
-  if (!al16(prm.src.ptr) || !al16(prm.wpk)) return false;
-  const int64_t str[3] = {prm.src.sw * es, prm.src.sh * es, prm.src.sn * es};
-  for (int64_t v : str)
-    if (v <= 0 || v % 16 != 0 || v >= (int64_t(1) << 40)) return false;
-  static const EncodeTiledFn enc_tiled = driver_fn<EncodeTiledFn>("cuTensorMapEncodeTiled");
-  static const EncodeIm2colFn enc_im2col = driver_fn<EncodeIm2colFn>("cuTensorMapEncodeIm2col");
-  if (!enc_tiled || !enc_im2col) return false;
-  const CUtensorMapDataType dt = std::is_same<T, float>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                 : std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  {
-    const cuuint64_t dim[2] = {cuuint64_t(prm.Kc), cuuint64_t(p.groups * p.kh * p.kw * prm.Nc)};
-    const cuuint64_t stride[1] = {cuuint64_t(prm.Kc * es)};
-    const cuuint32_t box[2] = {cuuint32_t(Tr::BK), cuuint32_t(Tr::BN)};
-    const cuuint32_t estr[2] = {1, 1};
-    if (enc_tiled(&m.b, dt, 2, const_cast<void*>(prm.wpk), dim, stride, box, estr,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-      return false;
-  }
-  const cuuint64_t dim[4] = {cuuint64_t(p.groups * prm.Kc), cuuint64_t(prm.Ws), cuuint64_t(prm.Hs),
-                             cuuint64_t(p.N)};
-  const cuuint64_t stride[3] = {cuuint64_t(str[0]), cuuint64_t(str[1]), cuuint64_t(str[2])};
-  for (int64_t ry = 0; ry < prm.phases_y; ++ry)
-    for (int64_t rx = 0; rx < prm.phases_x; ++rx) {
-      CUtensorMap& a = m.a[ry * prm.phases_x + rx];
-      const Geo gy = make_geo(prm.mode, ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
-      const Geo gx = make_geo(prm.mode, rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
-      if (gy.nq == 0 || gx.nq == 0 || gy.ntap == 0 || gx.ntap == 0) {
-        std::memset(&a, 0, sizeof(a));  // no loads: the phase's tiles only store bias / zeros
-        continue;
-      }
-      if (gy.im > 8 || gx.im > 8) return false;
-      // Pixel window at offset 0: base q * im + lo for q in [0, nq), i.e. corners
-      // lo and lo + (nq - 1) * im - (size - 1); index 0 is W, 1 is H.
-      const int64_t lo[2] = {tap_lo(gx.ia, gx.it, gx.ntap), tap_lo(gy.ia, gy.it, gy.ntap)};
-      const int64_t hi[2] = {lo[0] + (gx.nq - 1) * gx.im - (prm.Ws - 1),
-                             lo[1] + (gy.nq - 1) * gy.im - (prm.Hs - 1)};
-      const int64_t reach[2] = {(gx.ntap - 1) * (gx.it < 0 ? -gx.it : gx.it),
-                                (gy.ntap - 1) * (gy.it < 0 ? -gy.it : gy.it)};
-      for (int d = 0; d < 2; ++d)
-        if (lo[d] < -128 || lo[d] > 127 || hi[d] < -128 || hi[d] > 127 || reach[d] > 0xffff)
-          return false;
-      const int lower[2] = {int(lo[0]), int(lo[1])}, upper[2] = {int(hi[0]), int(hi[1])};
-      const cuuint32_t estr[4] = {1, cuuint32_t(gx.im), cuuint32_t(gy.im), 1};
-      if (enc_im2col(&a, dt, 4, prm.src.ptr, dim, stride, lower, upper, cuuint32_t(Tr::BK),
-                     cuuint32_t(Tr::BM), estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-        return false;
-    }
-  return true;
+bool make_ws_tma_maps(const IgemmParams& prm, TmaMaps& m) {
+  return make_tma_maps<typename Tr::Tp>(prm, Tr::BK, Tr::BN, Tr::BM, /*halo=*/false, m);
 }
 
 template <class Tr, bool kTma>
-cudaError_t launch_ws(const WsArgs<kTma>& args, cudaStream_t st) {
+cudaError_t launch_ws(const TmaArgs<kTma>& args, cudaStream_t st) {
   const IgemmParams& prm = args.prm;
   const int64_t mt = (prm.max_m + Tr::BM - 1) / Tr::BM;
   const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
@@ -600,7 +491,7 @@ cudaError_t launch_ws(const WsArgs<kTma>& args, cudaStream_t st) {
 // The TMA maps of a warp-specialised launch (false where TMA does not apply, or
 // with CONVT2D_WS_TMA=0 for A/B timing: then the cp.async loader runs).
 template <class Tr>
-bool ws_tma_args(const IgemmParams& prm, WsArgs<true>& a) {
+bool ws_tma_args(const IgemmParams& prm, TmaArgs<true>& a) {
   const char* e = std::getenv("CONVT2D_WS_TMA");
   if (e && e[0] == '0') return false;
   a.prm = prm;
@@ -608,9 +499,9 @@ bool ws_tma_args(const IgemmParams& prm, WsArgs<true>& a) {
 }
 
 template <class Tr>
-cudaError_t run_ws(const IgemmParams& prm, const WsArgs<true>* tma, cudaStream_t st) {
+cudaError_t run_ws(const IgemmParams& prm, const TmaArgs<true>* tma, cudaStream_t st) {
   if (tma) return launch_ws<Tr, true>(*tma, st);
-  WsArgs<false> a;
+  TmaArgs<false> a;
   a.prm = prm;
   return launch_ws<Tr, false>(a, st);
 }
@@ -692,7 +583,7 @@ cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
       const bool ws_auto = prm.Nc > 64 && k_row_bytes >= 12 * 128;
       using Ws64 = WsTraits<T, 64, 5>;
       using Ws128 = WsTraits<T, 128, 4>;
-      WsArgs<true> a;
+      TmaArgs<true> a;
       const bool tma = (!forced || want) &&
                        (prm.Nc <= 64 ? ws_tma_args<Ws64>(prm, a) : ws_tma_args<Ws128>(prm, a));
       if (forced ? want : tma || ws_auto) {
@@ -738,7 +629,7 @@ static bool ws_tma_applies(const IgemmParams& prm, DType dt) {
   if (prm.Kc * (dt == DType::kFloat ? 4 : 2) < 128) return false;
   const auto check = [&](auto tag) {
     using T = decltype(tag);
-    WsArgs<true> a;
+    TmaArgs<true> a;
     return prm.Nc <= 64 ? ws_tma_args<WsTraits<T, 64, 5>>(prm, a)
                         : ws_tma_args<WsTraits<T, 128, 4>>(prm, a);
   };
@@ -770,10 +661,12 @@ static bool want_halo(const IgemmParams& prm, DType dt, MathMode math) {
   if (forced) return true;
   if (!tc_halo_preferred(prm, dt, math)) return false;
   // Where the warp-specialised kernel's TMA loader applies it beats the halo kernel
-  // on GEMMs of more than 64 columns (fp32: seedA forward 2.657 -> 2.314 ms) and on
-  // 16-bit grad_input (seedB bf16 1.354 -> 1.223, seedA 1.750 vs 1.776); the halo
-  // kernel keeps 16-bit forward (seedB bf16 1.429 vs 1.546) and fp32 with <= 64
-  // columns (seedB 2.073 vs 2.396, seedA grad_input 2.949 vs 3.449). perf-notes v5.
+  // (both on cp.async then) on GEMMs of more than 64 columns (fp32: seedA forward
+  // 2.657 -> 2.314 ms) and on 16-bit grad_input (seedB bf16 1.354 -> 1.223; seedA
+  // loses 1.5%, 1.750 -> 1.776); the halo kernel keeps 16-bit forward (seedB bf16
+  // 1.429 vs 1.546) and fp32 with <= 64 columns (seedB 2.073 vs 2.396, seedA
+  // grad_input 2.949 vs 3.449). perf-notes v5. (With its own TMA loader, v5.1, the
+  // halo kernel's 16-bit grad_input on seedB measured 1.221-1.232 ms: a tie.)
   if (math == MathMode::kIEEE || use_wgmma(prm) == false) return true;
   const bool bits16 = dt != DType::kFloat;
   if (!(prm.Nc > 64 || (bits16 && prm.mode == IgemmMode::kDgrad))) return true;

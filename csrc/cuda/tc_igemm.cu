@@ -21,7 +21,6 @@
 #include "common/static_switch.h"
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -309,8 +308,8 @@ struct WsTraits {
 // 256 A rows (the phase's tensor map walks the phase's pixel window, shifted by
 // the tap) and one tiled load of the BN x 128-byte B box; both land in the
 // 128-byte swizzle the wgmma descriptors read, zero-filled outside the tensors.
-// One map per stride phase (their pixel windows differ); make_ws_tma_maps says
-// where it applies.
+// One map per stride phase (their pixel windows differ); make_tma_maps
+// (tma_maps.cuh) says where it applies.
 template <class Tr, bool kChanOut, bool kTma>
 __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ TmaArgs<kTma> args) {
   using T = typename Tr::Tp;
@@ -466,11 +465,6 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ T
       prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
 }
 
-template <class Tr>
-bool make_ws_tma_maps(const IgemmParams& prm, TmaMaps& m) {
-  return make_tma_maps<typename Tr::Tp>(prm, Tr::BK, Tr::BN, Tr::BM, /*halo=*/false, m);
-}
-
 template <class Tr, bool kTma>
 cudaError_t launch_ws(const TmaArgs<kTma>& args, cudaStream_t st) {
   const IgemmParams& prm = args.prm;
@@ -495,7 +489,7 @@ bool ws_tma_args(const IgemmParams& prm, TmaArgs<true>& a) {
   const char* e = std::getenv("CONVT2D_WS_TMA");
   if (e && e[0] == '0') return false;
   a.prm = prm;
-  return make_ws_tma_maps<Tr>(prm, a.tma);
+  return make_tma_maps<typename Tr::Tp>(prm, Tr::BK, Tr::BN, Tr::BM, /*halo=*/false, a.tma);
 }
 
 template <class Tr>

@@ -21,7 +21,7 @@ for step in "$@"; do
     envab) timeout 400 python scripts/env_ab.py ${EA_ARGS:-CONVT2D_HALO 0,1} 2>&1 | tee "$OUT/envab.log" ;;
     ab) timeout 400 python scripts/ab.py ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" ;;
     pytests) for f in tests/test_*.py; do echo "== $f"; timeout 300 python -m pytest -q -rf --tb=line -p no:cacheprovider "$f" 2>&1 | tail -4; done 2>&1 | tee "$OUT/pytests.log" ;;
-    sanitize) for tool in synccheck racecheck; do echo "== $tool"; timeout 240 compute-sanitizer --tool $tool --print-limit 10 python scripts/sanitize_ws.py > "$OUT/sanitize-$tool.log" 2>&1; grep -E "rel err|SUMMARY|^========= (Error|Warning)" "$OUT/sanitize-$tool.log" | head -24; done 2>&1 | tee "$OUT/sanitize.log" ;;
+    sanitize) for tool in synccheck racecheck; do echo "== $tool"; timeout 240 compute-sanitizer --tool $tool --print-limit 10 python scripts/sanitize_ws.py > "$OUT/sanitize-$tool.log" 2>&1; grep -E "rel err|SUMMARY|^========= (Error|Warning)" "$OUT/sanitize-$tool.log" | head -40; done 2>&1 | tee "$OUT/sanitize.log" ;;
     breakdown) timeout 300 python scripts/breakdown.py ${BD_ROWS:-} 2>&1 | tee "$OUT/breakdown.log" ;;
     bench) shift_args=${BENCH_ARGS:-}; timeout 400 python -m convt2d.bench --outdir "$OUT" $shift_args 2>&1 | tee "$OUT/bench.log" | tail -45 ;;
   esac

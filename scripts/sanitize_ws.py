@@ -1,6 +1,8 @@
-"""compute-sanitizer target (GPU): the warp-specialised tc_ws kernel forced on, with its TMA
-loader and with its cp.async loader, one forward with more tiles than SMs (4 phases x 36 row
-tiles) and its grad_input, each checked against float64 on the CPU.
+"""compute-sanitizer target (GPU): the two Hopper kernels forced on, each with its TMA loader
+and with its cp.async loader, checked against float64 on the CPU:
+- the warp-specialised tc_ws kernel: one forward with more tiles than SMs (4 phases x 36 row
+  tiles) and its grad_input;
+- the halo kernel: a stride-1 3x3 forward (three tap columns per phase) and its grad_input.
 Usage: compute-sanitizer --tool racecheck|synccheck python scripts/sanitize_ws.py"""
 import os
 
@@ -8,22 +10,31 @@ import torch
 
 import convt2d
 
-os.environ["CONVT2D_WS"] = "1"
-os.environ["CONVT2D_HALO"] = "0"
 torch.manual_seed(0)
 F = torch.nn.functional
-for tma in ("1", "0"):
-    os.environ["CONVT2D_WS_TMA"] = tma
-    for dt in (torch.bfloat16, torch.float32):
-        x = torch.randn(4, 64, 48, 48, device="cuda", dtype=dt, requires_grad=True)
-        w = torch.randn(64, 192, 4, 4, device="cuda", dtype=dt) * 0.1
-        b = torch.randn(192, device="cuda", dtype=dt)
-        y = convt2d.forward(x, w, b, 2, 1, 0, 1, 1)
-        gy = torch.randn_like(y)
-        (gx,) = torch.autograd.grad(y, x, gy)
-        xd, wd = x.detach().cpu().double().requires_grad_(True), w.cpu().double()
-        ref = F.conv_transpose2d(xd, wd, b.cpu().double(), 2, 1)
-        (gref,) = torch.autograd.grad(ref, xd, gy.cpu().double())
-        for name, a, r in (("forward", y, ref), ("grad_input", gx, gref)):
-            err = ((a.detach().cpu().double() - r).norm() / r.norm()).item()
-            print(f"tma={tma} {dt} {name}: rel err {err:.2e}", "ok" if err < 2e-2 else "BAD")
+# kernel, env, (x shape, w shape, stride, padding)
+CASES = (
+    ("ws", {"CONVT2D_WS": "1", "CONVT2D_HALO": "0"}, ((4, 64, 48, 48), (64, 192, 4, 4), 2, 1)),
+    ("halo", {"CONVT2D_HALO": "1"}, ((2, 64, 40, 40), (64, 64, 3, 3), 1, 1)),
+)
+for kernel, env, (xs, ws, s, p) in CASES:
+    for var in ("CONVT2D_WS", "CONVT2D_HALO"):
+        os.environ.pop(var, None)
+    os.environ.update(env)
+    for tma in ("1", "0"):
+        os.environ["CONVT2D_WS_TMA"] = tma
+        os.environ["CONVT2D_HALO_TMA"] = tma
+        for dt in (torch.bfloat16, torch.float32):
+            x = torch.randn(*xs, device="cuda", dtype=dt, requires_grad=True)
+            w = torch.randn(*ws, device="cuda", dtype=dt) * 0.1
+            b = torch.randn(ws[1], device="cuda", dtype=dt)
+            y = convt2d.forward(x, w, b, s, p, 0, 1, 1)
+            gy = torch.randn_like(y)
+            (gx,) = torch.autograd.grad(y, x, gy)
+            xd, wd = x.detach().cpu().double().requires_grad_(True), w.cpu().double()
+            ref = F.conv_transpose2d(xd, wd, b.cpu().double(), s, p)
+            (gref,) = torch.autograd.grad(ref, xd, gy.cpu().double())
+            for name, a, r in (("forward", y, ref), ("grad_input", gx, gref)):
+                err = ((a.detach().cpu().double() - r).norm() / r.norm()).item()
+                print(f"{kernel} tma={tma} {dt} {name}: rel err {err:.2e}",
+                      "ok" if err < 2e-2 else "BAD")

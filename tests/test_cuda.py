@@ -537,3 +537,31 @@ def test_autotune_then_graph_capture():
             torch.cuda.synchronize()
             ref, _ = reference(sx, w, b, cfg.kwargs())
             assert_close(out, ref, dtype, "cuda", "graph replay after tuning")
+
+
+# The direct kernel (forced with CONVT2D_KERNEL=direct) on odd shapes: one tap per phase
+# (seedC-like), groups with 8 channels per group (seedD-like), channel counts that are not
+# multiples of 16, 8 and 4 output channels per group (its 8- and 4-channel variants), several
+# row and column tiles, output_padding and bias.
+_DIRECT_CFGS = [
+    Cfg(2, 32, 64, 9, 13, k=3, stride=5, padding=1, dilation=2, bias=False),
+    Cfg(2, 32, 64, 10, 12, k=(3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1), groups=4),
+    Cfg(2, 20, 24, 11, 9, k=3, stride=2, padding=1, output_padding=1),
+    Cfg(3, 40, 8, 7, 33, k=(2, 3), stride=(1, 2), padding=(0, 1)),
+    Cfg(2, 16, 4, 6, 7, k=3, stride=3, bias=False),
+    Cfg(2, 6, 12, 8, 8, k=4, stride=2, padding=1, groups=2),
+    Cfg(1, 96, 16, 21, 40, k=3, stride=2, padding=1),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _DIRECT_CFGS, ids=lambda c: c.id())
+def test_direct_kernel_shapes(cfg, dtype, layout, monkeypatch):
+    monkeypatch.setenv("CONVT2D_KERNEL", "direct")
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    x, w, b = cfg.make(dt, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    with _tf32_off():
+        check(x, w, b, cfg.kwargs(), backward=False, what=f"direct {layout} {dtype} ")

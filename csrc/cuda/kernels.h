@@ -114,6 +114,11 @@ cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,
                                 int elem_bytes, cudaStream_t st);
 
+// out[g][c][b][a] = in[g][a][b][c], both contiguous, 2- or 4-byte elements, C <= 256
+// (layout.cu; the weight packing). cudaErrorInvalidValue: not taken, nothing launched.
+cudaError_t launch_reverse3(const void* in, void* out, int64_t G, int64_t A, int64_t B,
+                            int64_t C, int elem_bytes, cudaStream_t st);
+
 // Heuristics the glue asks before launching.
 bool direct_forward_fits(const Problem& p, DType dt);  // shared-memory budget
 int64_t wgrad_split_count(const Problem& p, DType dt, MathMode math, int num_sms);

@@ -113,6 +113,64 @@ __global__ void __launch_bounds__(256) split_tf32_kernel(const float* __restrict
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
 }
 
+
+// Weight packing for the implicit GEMMs: out[g][c][b][a] = in[g][a][b][c] (reverses the
+// three inner axes; with B = 1 a plain transpose of [A][C]). A block moves 32 a x TB b x
+// all C (TB*C <= 64 where C allows) through shared memory, 8 loads in flight per thread: the reads are runs of TB*C contiguous elements, the writes
+// 32 contiguous a per (c, b) line. Elements travel as U (their size); the shared tile is
+// U-typed with an odd pitch so a warp's column reads do not conflict (2-byte U: pairs share
+// a bank word, still at most 2-way).
+template <typename U>
+__global__ void __launch_bounds__(256) reverse3_kernel(const U* __restrict__ in,
+                                                       U* __restrict__ out, int64_t A, int64_t B,
+                                                       int C, int TB, int pitch) {
+  extern __shared__ __align__(16) unsigned char rv_smem[];
+  U* tile = reinterpret_cast<U*>(rv_smem);  // [32][pitch]
+  const int64_t a0 = int64_t(blockIdx.x) * 32, b0 = int64_t(blockIdx.y) * TB;
+  const int64_t g = blockIdx.z;
+  const int na = A - a0 < 32 ? int(A - a0) : 32;
+  const int nb = B - b0 < TB ? int(B - b0) : TB;
+  const int run = nb * C;
+  const U* src = in + ((g * A + a0) * B + b0) * C;
+  const int total = na * run;
+  constexpr int kIlp = 8;  // loads in flight per thread (one at a time was latency-bound)
+  for (int i0 = threadIdx.x; i0 < total; i0 += kIlp * blockDim.x) {
+    U v[kIlp];
+#pragma unroll
+    for (int k = 0; k < kIlp; ++k) {
+      const int i = i0 + k * blockDim.x;
+      const int a = i / run, r = i - a * run;
+      if (i < total) v[k] = src[int64_t(a) * B * C + r];
+    }
+#pragma unroll
+    for (int k = 0; k < kIlp; ++k) {
+      const int i = i0 + k * blockDim.x;
+      const int a = i / run, r = i - a * run;
+      if (i < total) tile[a * pitch + r] = v[k];
+    }
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  for (int line = warp; line < C * nb; line += nwarps) {
+    const int c = line / nb, b = line - c * nb;
+    if (lane < na) out[((g * C + c) * B + b0 + b) * A + a0 + lane] = tile[lane * pitch + b * C + c];
+  }
+}
+
+template <typename U>
+cudaError_t run_reverse3(const void* in, void* out, int64_t G, int64_t A, int64_t B, int64_t C,
+                         cudaStream_t st) {
+  if (C > 256) return cudaErrorInvalidValue;
+  // 32 x (<= 64) elements per block: vae's weight (512 x 256 x 9) gives 592 blocks.
+  const int64_t tb = std::max<int64_t>(1, std::min<int64_t>(B, 64 / C));
+  const int64_t gx = (A + 31) / 32, gy = (B + tb - 1) / tb;
+  if (gx > 0x7fffffffLL || gy > 65535 || G > 65535) return cudaErrorInvalidValue;
+  const int pitch = int((tb * C) | 1);
+  const size_t smem = size_t(32) * pitch * sizeof(U);
+  reverse3_kernel<U><<<dim3(unsigned(gx), unsigned(gy), unsigned(G)), 256, smem, st>>>(
+      static_cast<const U*>(in), static_cast<U*>(out), A, B, int(C), int(tb), pitch);
+  return cudaGetLastError();
+}
 }  // namespace
 
 cudaError_t launch_split_tf32(const float* src, float* hi, float* lo, int64_t n, int* flag,
@@ -130,6 +188,16 @@ cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C
     case 2: return run<uint16_t>(src, dst, N, C, HW, st);
     case 4: return run<uint32_t>(src, dst, N, C, HW, st);
     case 8: return run<uint64_t>(src, dst, N, C, HW, st);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_reverse3(const void* in, void* out, int64_t G, int64_t A, int64_t B,
+                            int64_t C, int elem_bytes, cudaStream_t st) {
+  if (G == 0 || A == 0 || B == 0 || C == 0) return cudaSuccess;
+  switch (elem_bytes) {
+    case 2: return run_reverse3<uint16_t>(in, out, G, A, B, C, st);
+    case 4: return run_reverse3<uint32_t>(in, out, G, A, B, C, st);
   }
   return cudaErrorInvalidValue;
 }

@@ -113,11 +113,11 @@ __global__ void __launch_bounds__(256) split_tf32_kernel(const float* __restrict
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
 }
 
-
 // Weight packing for the implicit GEMMs: out[g][c][b][a] = in[g][a][b][c] (reverses the
 // three inner axes; with B = 1 a plain transpose of [A][C]). A block moves 32 a x TB b x
-// all C (TB*C <= 64 where C allows) through shared memory, 8 loads in flight per thread: the reads are runs of TB*C contiguous elements, the writes
-// 32 contiguous a per (c, b) line. Elements travel as U (their size); the shared tile is
+// all C (TB*C <= 64 where C allows) through shared memory, 8 loads in flight per thread:
+// the reads are runs of TB*C contiguous elements, the writes 32 contiguous a per (c, b)
+// line. Elements travel as U (their size); the shared tile is
 // U-typed with an odd pitch so a warp's column reads do not conflict (2-byte U: pairs share
 // a bank word, still at most 2-way).
 template <typename U>
@@ -171,6 +171,7 @@ cudaError_t run_reverse3(const void* in, void* out, int64_t G, int64_t A, int64_
       static_cast<const U*>(in), static_cast<U*>(out), A, B, int(C), int(tb), pitch);
   return cudaGetLastError();
 }
+
 }  // namespace
 
 cudaError_t launch_split_tf32(const float* src, float* hi, float* lo, int64_t n, int* flag,

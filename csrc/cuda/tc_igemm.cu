@@ -471,14 +471,8 @@ cudaError_t launch_ws(const TmaArgs<kTma>& args, cudaStream_t st) {
   const int64_t mt = (prm.max_m + Tr::BM - 1) / Tr::BM;
   const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
   const int64_t blocks = mt * nt * prm.phases_y * prm.phases_x * prm.p.groups;
-  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
   return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
-    auto kern = tc_ws_kernel<Tr, kChan, kTma>;
-    cudaError_t e =
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-    if (e != cudaSuccess) return e;
-    kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(args);
-    return cudaGetLastError();
+    return launch_tile_grid<Tr>(tc_ws_kernel<Tr, kChan, kTma>, blocks, args, st);
   });
 }
 

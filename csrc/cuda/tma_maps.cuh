@@ -149,6 +149,18 @@ bool make_tma_maps(const IgemmParams& prm, int BK, int BN, int BM, bool halo, Tm
   return true;
 }
 
+// Launches one CTA per output tile of a Hopper GEMM kernel (tc_ws_kernel, tc_halo_kernel):
+// the opt-in shared memory first, then the grid (at most 2^31 - 1 tiles).
+template <class Tr, class Kern, class Args>
+cudaError_t launch_tile_grid(Kern kern, int64_t blocks, const Args& args, cudaStream_t st) {
+  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  cudaError_t e =
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(args);
+  return cudaGetLastError();
+}
+
 }  // namespace
 }  // namespace cuda
 }  // namespace convt2d

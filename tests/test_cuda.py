@@ -551,17 +551,54 @@ _DIRECT_CFGS = [
     Cfg(2, 16, 4, 6, 7, k=3, stride=3, bias=False),
     Cfg(2, 6, 12, 8, 8, k=4, stride=2, padding=1, groups=2),
     Cfg(1, 96, 16, 21, 40, k=3, stride=2, padding=1),
+    # tensor-core direct kernel: Cout/groups > 64 (two channel blocks of 64), 3 chunks of 8
+    # input channels (odd K-item counts: the zero pad item), 20 channels (a partial chunk),
+    # dilation 7 (a wide staged window), a 1-row phase, even stride (padded staging)
+    Cfg(2, 24, 72, 9, 10, k=3, stride=3, padding=1, bias=True),
+    Cfg(2, 20, 40, 6, 37, k=(2, 3), stride=(3, 4), dilation=(1, 7), padding=(0, 3)),
+    Cfg(3, 12, 6, 1, 45, k=(1, 3), stride=(2, 2), output_padding=(1, 1), bias=True),
 ]
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp16-cuda-cores", "fp32"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _DIRECT_CFGS, ids=lambda c: c.id())
 def test_direct_kernel_shapes(cfg, dtype, layout, monkeypatch):
+    """16-bit runs the tensor-core direct kernel (direct_tc.cu); "fp16-cuda-cores" forces the
+    CUDA-core one (CONVT2D_DIRECT_TC=0)."""
     monkeypatch.setenv("CONVT2D_KERNEL", "direct")
+    if dtype == "fp16-cuda-cores":
+        monkeypatch.setenv("CONVT2D_DIRECT_TC", "0")
+        dtype = "fp16"
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     x, w, b = cfg.make(dt, "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
     with _tf32_off():
         check(x, w, b, cfg.kwargs(), backward=False, what=f"direct {layout} {dtype} ")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_direct_tc_kernel_runs_for_16_bit(dtype, monkeypatch):
+    """seedC- and seedD-like 16-bit forwards run the tensor-core direct kernel by default and
+    the CUDA-core one with CONVT2D_DIRECT_TC=0; both match the float64 reference. One input
+    pixel is +inf: the outputs it reaches are inf, no output is NaN (the kernel pads odd
+    K-item counts with zeros on both operands, never x * 0)."""
+    cfgs = [Cfg(2, 32, 64, 12, 20, k=3, stride=5, padding=1, dilation=2, bias=True),
+            Cfg(2, 32, 64, 10, 14, k=(3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1),
+                groups=4)]
+    for cfg in cfgs:
+        for env, want in [("1", True), ("0", False)]:
+            monkeypatch.setenv("CONVT2D_DIRECT_TC", env)
+            x, w, b = cfg.make(dtype, "cuda")
+            names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+            assert any("direct_tc_kernel" in n for n in names) == want, (cfg.id(), env, names)
+            check(x, w, b, cfg.kwargs(), backward=False, what=f"direct_tc={env} ")
+        monkeypatch.setenv("CONVT2D_DIRECT_TC", "1")
+        x, w, b = cfg.make(dtype, "cuda")
+        x[1, 3, 4, 5] = float("inf")
+        w = w.abs() + 0.1
+        out = convt2d.forward(x, w, None, **cfg.kwargs())
+        ref = F.conv_transpose2d(x.double().cpu(), w.double().cpu(), **cfg.kwargs())
+        assert not out.isnan().any(), "NaN in the output"
+        assert torch.equal(out.isinf().cpu(), ref.isinf()), "inf pattern differs"

@@ -28,6 +28,7 @@
 // advance pointers.
 #include "cuda/kernels.h"
 #include "cuda/mma_core.cuh"
+#include "cuda/direct_tile.cuh"
 
 namespace convt2d {
 namespace cuda {
@@ -37,25 +38,6 @@ constexpr int kD2MaxWarps = 8;
 constexpr int kD2MaxS = 16;                    // largest sh / sw (phase tables in the params)
 constexpr int64_t kD2SmemBudget = 100 * 1024;  // preferred per-block shared memory
 constexpr int64_t kD2SmemMax = 160 * 1024;     // hard limit (as direct_forward_fits)
-
-// The device's opt-in shared memory per block (227 KB on H100, 99 KB on
-// sm_86/89, 64 KB on sm_75); the kernels' limits below are capped by it, so a
-// problem that does not fit falls back (v2 -> v1 -> implicit GEMM).
-static int64_t smem_optin() {
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-    return 48 * 1024;  // the limit every CUDA device grants
-  return v;
-}
-
-// One stride phase of one dimension, from make_phase_dim (host): output
-// positions Q in [q0, q0 + nq), taps k = k0 + j*kstep (j < ntap), input
-// index Q - koff0 - j*koff_step.
-struct D2Phase {
-  int64_t q0, nq, koff0;
-  int k0, ntap;
-};
 
 struct D2Cfg {
   D2Phase py[kD2MaxS];   // row phases ry < sh
@@ -107,34 +89,6 @@ __device__ __forceinline__ void fma_step(typename AccOf<T>::type (&acc)[kPY][kC]
   for (int r = 0; r < kPY; ++r)
 #pragma unroll
     for (int c = 0; c < kC; ++c) acc[r][c] = fma(xv[r], wv[c], acc[r][c]);
-}
-
-// Writes a tile: rows oy0 + i*sh (i < nrows), columns ox_base + [col_lo, col_hi),
-// channels c < nc of `on`; val(c, i, col) gives the value. Row segments
-// (coalesced along W) unless the output is channels-last, then channel runs.
-template <typename T, typename F>
-__device__ __forceinline__ void store_tile(T* on, const TensorRef& o, bool chan_fast, int nc,
-                                           int nrows, int64_t oy0, int64_t oy_step,
-                                           int64_t ox_base, int col_lo, int col_hi, F val) {
-  const int nthr = blockDim.x, nwarps = nthr >> 5;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  if (!chan_fast) {
-    const int64_t step = 32 * o.sw;
-    for (int line = warp; line < nc * nrows; line += nwarps) {
-      const int c = line / nrows, i = line - c * nrows;
-      T* op = on + c * o.sc + (oy0 + i * oy_step) * o.sh + (ox_base + col_lo + lane) * o.sw;
-      for (int cc = col_lo + lane; cc < col_hi; cc += 32, op += step)
-        __stcs(op, val(c, i, cc));  // streaming: keep x in L2
-    }
-  } else {
-    const int ncols = col_hi - col_lo;
-    const int total = nrows * ncols * nc;
-    for (int it = tid; it < total; it += nthr) {
-      const int pix = it / nc, c = it - pix * nc;
-      const int i = pix / ncols, cc = col_lo + (pix - i * ncols);
-      __stcs(on + c * o.sc + (oy0 + i * oy_step) * o.sh + (ox_base + cc) * o.sw, val(c, i, cc));
-    }
-  }
 }
 
 // One block: an output tile of row phase ry (QY rows of that phase) by
@@ -308,12 +262,6 @@ direct2_fwd_kernel(const __grid_constant__ DirectParams prm, const __grid_consta
 }
 
 static int64_t align16(int64_t b) { return (b + 15) / 16 * 16; }
-
-static D2Phase to_d2(const PhaseDim& d) {
-  D2Phase r;
-  r.q0 = d.q0; r.nq = d.nq; r.koff0 = d.koff0; r.k0 = int(d.k0); r.ntap = int(d.ntap);
-  return r;
-}
 
 // Fills cfg and the warp count and returns the dynamic shared-memory bytes,
 // or 0 if v2 does not take the problem (v1 runs then).
@@ -540,6 +488,9 @@ static cudaError_t run(const DirectParams& prm, cudaStream_t st) {
 }
 
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st) {
+  bool launched = false;
+  const cudaError_t e = launch_direct_tc(prm, dt, st, launched);
+  if (launched || e != cudaSuccess) return e;
   switch (dt) {
     case DType::kFloat: return run<float>(prm, st);
     case DType::kDouble: return run<double>(prm, st);

@@ -109,6 +109,10 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
 constexpr int kTcWgradTiles = 5;
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
+// Tensor-core direct forward (direct_tc.cu; bf16 / fp16 on compute capability 8.0+).
+// launched = false: not taken (other dtype, shape outside its limits, or
+// CONVT2D_DIRECT_TC=0), nothing launched; launch_direct_forward tries it first.
+cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st, bool& launched);
 
 // Contiguous NCHW -> contiguous NHWC (channels-last) copy (layout.cu).
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,

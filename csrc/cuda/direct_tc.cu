@@ -1,0 +1,430 @@
+// Direct forward on tensor cores for 16-bit types (bf16 / fp16, fp32 accumulate):
+// the shapes the glue routes to the direct kernel (few reduced channels per
+// output: seedC, seedD). The CUDA-core kernel (direct.cu) spends ~80% of its
+// issue slots on gathers and address arithmetic around the FMAs (ncu, perf-notes
+// v5.2); here the activation is staged once per block in shared memory and the
+// products run on mma.sync m16n8k16.
+//
+// Tile (as direct2_fwd_kernel): one block owns QY rows of row phase ry by
+// 32*sw consecutive output columns, for kC = 8*kNT output channels of one
+// (n, group) per z step. Per z step:
+//   1. The block stages the x window its tile reads, channels innermost:
+//      s_x[row][col][ci] (ci padded to 8-channel chunks, pixel pitch an odd
+//      multiple of 16 bytes so ldmatrix rows never share banks; zeros outside
+//      the image), and (when (g, channel block) changes) the weights as
+//      s_w[tap][chunk][co][8 ci].
+//   2. Warp unit = (column phase rx, tile row r): a 32 x kC x K GEMM, rows =
+//      the 32 columns Q of the phase, K = the taps reaching (ry, rx) x chunks.
+//      A k16 step is two K items (tap, chunk); an item table per block gives
+//      each item's byte offset into s_x (row shift by tap row, column shift
+//      by tap column) and s_w, so each lane's ldmatrix address is a base plus
+//      one table entry. An odd item count is padded with an item that reads
+//      zeros on both sides (not x * 0: x may hold inf).
+//   3. The accumulators (+ bias) go to the staging tile s_o[kC][QY][ld] as in
+//      direct2, and the block writes whole output row segments (store_tile).
+//   Column phases no tap reaches stage the bias; row phases no tap reaches are
+//   written directly.
+#include <cstdlib>
+#include "cuda/kernels.h"
+#include "cuda/mma_core.cuh"
+#include "cuda/ptx.cuh"
+#include "cuda/direct_tile.cuh"
+
+namespace convt2d {
+namespace cuda {
+
+constexpr int kDtcWarps = 8;
+constexpr int kDtcMaxS = 16;
+constexpr int kDtcMaxTab = 1024;                // item-table entries
+constexpr int64_t kDtcBudget = 113 * 1024;      // two blocks per SM
+constexpr int64_t kDtcMaxW = 96 * 1024;         // staged weights
+
+struct DtcCfg {
+  D2Phase py[kDtcMaxS];
+  D2Phase px[kDtcMaxS];
+  int64_t koffs_y = 0, koffs_x = 0;
+  int kstep_y = 1, kstep_x = 1;
+  int64_t qx_first = 0;
+  int ntx = 0, nty = 0, qy_tile = 0;
+  int ld = 0, pad = 0;         // staging row pitch, column padding (as D2Cfg)
+  int nch = 0;                 // 8-channel chunks per tap
+  int pix_bytes = 0;           // staged pixel pitch (odd multiple of 16 bytes)
+  int cols_in = 0;             // staged columns per row
+  int xoff_max = 0;            // largest column offset koff0_x + j*koffs_x of a tap
+  // byte offsets into dynamic shared memory
+  int w_off = 0, wz_off = 0, b_off = 0, tab_off = 0, rx_off = 0, xz_off = 0, x_off = 0, o_off = 0;
+  int ncob = 0, ngc = 0, nz = 0;
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(T lo, T hi) {
+  const uint16_t l = *reinterpret_cast<const uint16_t*>(&lo);
+  const uint16_t h = *reinterpret_cast<const uint16_t*>(&hi);
+  return uint32_t(l) | (uint32_t(h) << 16);
+}
+
+template <typename T, int kNT>
+__global__ void __launch_bounds__(32 * kDtcWarps, 2)
+direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant__ DtcCfg cfg) {
+  constexpr int kC = 8 * kNT;
+  static_assert(kNT % 2 == 0, "B fragments are loaded two n-tiles at a time");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const Problem& p = prm.p;
+  const int Cig = int(p.cin_g());
+  const int64_t Cog = p.cout_g();
+  const int kk = int(p.kh * p.kw);
+  const int sw = int(p.sw);
+  const int QY = cfg.qy_tile;
+  const int nch = cfg.nch;
+  const int pix_bytes = cfg.pix_bytes;
+  const int row_bytes = cfg.cols_in * pix_bytes;
+  T* s_w = reinterpret_cast<T*>(smem + cfg.w_off);
+  float* s_b = reinterpret_cast<float*>(smem + cfg.b_off);
+  int2* s_tab = reinterpret_cast<int2*>(smem + cfg.tab_off);
+  int* s_rx = reinterpret_cast<int*>(smem + cfg.rx_off);  // [first entry][k16 steps] per rx
+  T* s_o = reinterpret_cast<T*>(smem + cfg.o_off);
+  const uint32_t sbase = uint32_t(__cvta_generic_to_shared(smem));
+
+  const int nthr = blockDim.x, nwarps = nthr >> 5;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  const int bx = int(blockIdx.x);
+  const int tx = bx % cfg.ntx;
+  const int rest = bx / cfg.ntx;
+  const int ty = rest % cfg.nty;
+  const int ry = rest / cfg.nty;
+  const D2Phase dy = cfg.py[ry];
+  const int64_t qy0 = dy.q0 + int64_t(ty) * QY;
+  const int64_t rows_left = dy.q0 + dy.nq - qy0;
+  if (rows_left <= 0) return;
+  const int nrows = rows_left < QY ? int(rows_left) : QY;
+  const int64_t oy0 = qy0 * p.sh + ry - p.ph;
+  const int64_t qx0 = cfg.qx_first + int64_t(tx) * 32;
+  const int64_t ox_base = qx0 * p.sw - p.pw;
+  const int tw = 32 * sw;
+  const int col_lo = ox_base < 0 ? int(-ox_base) : 0;
+  const int col_hi = p.Wo - ox_base < tw ? int(p.Wo - ox_base) : tw;
+
+  const T* __restrict__ x = static_cast<const T*>(prm.x.ptr);
+  const T* __restrict__ w = static_cast<const T*>(prm.w);
+  const T* __restrict__ bias = static_cast<const T*>(prm.bias);
+  T* __restrict__ out = static_cast<T*>(prm.out.ptr);
+  const bool chan_fast = prm.out.sc == 1 && prm.out.sw != 1;
+  const int ncob = cfg.ncob;
+
+  if (dy.ntap == 0) {  // no tap reaches this row phase: bias (or zero) rows
+    for (int z = blockIdx.y; z < cfg.nz; z += gridDim.y) {
+      const int gc = z % cfg.ngc, n = z / cfg.ngc;
+      const int cob = gc % ncob, g = gc / ncob;
+      const int64_t co0 = int64_t(cob) * kC;
+      const int nc = Cog - co0 < kC ? int(Cog - co0) : kC;
+      T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
+      const T* bp = bias ? bias + g * Cog + co0 : nullptr;
+      store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
+                    [&](int c, int, int) { return bp ? bp[c] : Cvt<T>::zero(); });
+    }
+    return;
+  }
+
+  // Zero regions (the pad item's A rows and B rows) and the item table of this
+  // row phase: thread rx < sw fills the entries of column phase rx.
+  {
+    uint32_t* zw = reinterpret_cast<uint32_t*>(smem + cfg.wz_off);
+    for (int i = tid; i < kC * 4; i += nthr) zw[i] = 0u;
+    uint32_t* zx = reinterpret_cast<uint32_t*>(smem + cfg.xz_off);
+    if (tid < 32) zx[tid] = 0u;
+    if (tid < sw) {
+      const int rx = tid;
+      int e = 0;
+      for (int r = 0; r < rx; ++r) {
+        const int c = dy.ntap * cfg.px[r].ntap * nch;
+        e += c + (c & 1);
+      }
+      const D2Phase dx = cfg.px[rx];
+      const int cnt = dy.ntap * dx.ntap * nch;
+      s_rx[rx] = e;
+      s_rx[kDtcMaxS + rx] = (cnt + 1) / 2;
+      for (int jy = 0; jy < dy.ntap; ++jy) {
+        const int ky = dy.k0 + jy * cfg.kstep_y;
+        const int rsh = (dy.ntap - 1 - jy) * int(cfg.koffs_y);
+        for (int jx = 0; jx < dx.ntap; ++jx) {
+          const int kx = dx.k0 + jx * cfg.kstep_x;
+          const int csh = cfg.xoff_max - int(dx.koff0 + jx * cfg.koffs_x);
+          for (int c8 = 0; c8 < nch; ++c8)
+            s_tab[e++] = make_int2(rsh * row_bytes + csh * pix_bytes + c8 * 16,
+                                   ((ky * int(p.kw) + kx) * nch + c8) * kC * 16);
+        }
+      }
+      if (cnt & 1) s_tab[e] = make_int2(-1, cfg.wz_off - cfg.w_off);
+    }
+  }
+
+  const int rows_in = QY + (dy.ntap - 1) * int(cfg.koffs_y);
+  const int64_t iy_base = qy0 - dy.koff0 - int64_t(dy.ntap - 1) * cfg.koffs_y;
+  const int64_t ix_base = qx0 - cfg.xoff_max;
+  const int64_t xsc = prm.x.sc, xsh = prm.x.sh, xsw = prm.x.sw;
+  const uint32_t xs = sbase + cfg.x_off;
+  const uint32_t ws = sbase + cfg.w_off;
+  const int nunits = sw * QY;
+
+  int staged = -1;
+  for (int z = blockIdx.y; z < cfg.nz; z += gridDim.y) {
+    const int gc = z % cfg.ngc, n = z / cfg.ngc;
+    const int cob = gc % ncob, g = gc / ncob;
+    const int64_t co0 = int64_t(cob) * kC;
+    const int nc = Cog - co0 < kC ? int(Cog - co0) : kC;
+    __syncthreads();  // previous iteration's readers are done with s_w / s_x / s_o
+    if (gc != staged) {
+      staged = gc;
+      // s_w[t][c8][co][e] = w[g*Cig + c8*8 + e][co0 + co][t] (zero past Cig / nc)
+      const int total = kk * nch * kC * 8;
+      for (int i0 = tid; i0 < total; i0 += 4 * nthr) {
+        T v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int i = i0 + k * nthr;
+          const int e = i & 7, r2 = i >> 3;
+          const int co = r2 % kC, r3 = r2 / kC;
+          const int c8 = r3 % nch, t = r3 / nch;
+          const int ci = c8 * 8 + e;
+          v[k] = (i < total && ci < Cig && co < nc)
+                     ? w[((int64_t(g) * Cig + ci) * Cog + co0 + co) * kk + t]
+                     : Cvt<T>::zero();
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          if (i0 + k * nthr < total) s_w[i0 + k * nthr] = v[k];
+      }
+      if (tid < kC)
+        s_b[tid] = (bias != nullptr && tid < nc) ? Cvt<T>::to_acc(bias[g * Cog + co0 + tid]) : 0.f;
+    }
+    // s_x[rr][cc][c8*8 + e] = x[n, g*Cig + c8*8 + e, iy_base + rr, ix_base + cc]
+    {
+      const T* xn = x + n * prm.x.sn + int64_t(g) * Cig * xsc;
+      const int items = rows_in * cfg.cols_in * nch;
+      for (int i = tid; i < items; i += nthr) {
+        const int cc = i % cfg.cols_in, r2 = i / cfg.cols_in;
+        const int c8 = r2 % nch, rr = r2 / nch;
+        const int64_t iy = iy_base + rr, ix = ix_base + cc;
+        const bool ok = iy >= 0 && iy < p.H && ix >= 0 && ix < p.W;
+        const T* src = xn + (ok ? iy * xsh + ix * xsw : 0) + int64_t(c8) * 8 * xsc;
+        const int cleft = Cig - c8 * 8;
+        T v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = (ok && e < cleft) ? src[e * xsc] : Cvt<T>::zero();
+        uint32_t pk[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pk[e] = pack2<T>(v[2 * e], v[2 * e + 1]);
+        sts128(xs + uint32_t((rr * cfg.cols_in + cc) * pix_bytes + c8 * 16), pk);
+      }
+    }
+    __syncthreads();
+
+    for (int u = warp; u < nunits; u += nwarps) {
+      const int rx = u % sw, r = u / sw;
+      if (r >= nrows) continue;  // warp-uniform
+      const int steps = s_rx[kDtcMaxS + rx];
+      if (steps == 0) {  // no tap reaches this column phase: bias
+        const int col = lane * sw + rx;
+        const int colp = col + (cfg.pad ? (col >> 5) : 0);
+        for (int c = 0; c < nc; ++c) s_o[(c * QY + r) * cfg.ld + colp] = Cvt<T>::from_acc(s_b[c]);
+        continue;
+      }
+      float acc[2][kNT][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+      const int2* tab = s_tab + s_rx[rx];
+      // ldmatrix rows: A lane l -> pixel l & 15 of the m-tile, item half l >> 4;
+      // B lane l -> n-tile (l >> 4) of the pair, row l & 7, item half (l >> 3) & 1.
+      const uint32_t a_lane = xs + uint32_t(r * row_bytes + (lane & 15) * pix_bytes);
+      const uint32_t a_zero = sbase + cfg.xz_off + uint32_t((lane & 7) * 16);
+      const uint32_t b_lane = ws + uint32_t(((lane >> 4) * 8 + (lane & 7)) * 16);
+      const int ah = lane >> 4, bh = (lane >> 3) & 1;
+      for (int s = 0; s < steps; ++s) {
+        const int ao = tab[2 * s + ah].x;
+        const int bo = tab[2 * s + bh].y;
+        const uint32_t a0 = ao >= 0 ? a_lane + uint32_t(ao) : a_zero;
+        const uint32_t a1 = ao >= 0 ? a0 + uint32_t(16 * pix_bytes) : a_zero;
+        uint32_t fa[2][4];
+        ldmatrix_x4(fa[0], a0);
+        ldmatrix_x4(fa[1], a1);
+        uint32_t fb[kNT][2];
+#pragma unroll
+        for (int jn = 0; jn < kNT / 2; ++jn) {
+          uint32_t q[4];
+          ldmatrix_x4(q, b_lane + uint32_t(bo + jn * 256));
+          fb[2 * jn][0] = q[0];
+          fb[2 * jn][1] = q[1];
+          fb[2 * jn + 1][0] = q[2];
+          fb[2 * jn + 1][1] = q[3];
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) Mma<T>::run(acc[mt][nt], fa[mt], fb[nt]);
+      }
+      // Stage: pixel q = mt*16 + (lane >> 2) (+8), channel nt*8 + 2*(lane & 3) (+1).
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int q = mt * 16 + (lane >> 2) + 8 * h;
+          const int col = q * sw + rx;
+          const int colp = col + (cfg.pad ? (col >> 5) : 0);
+          T* so = s_o + r * cfg.ld + colp;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int c = nt * 8 + 2 * (lane & 3) + e;
+              if (c < nc) so[c * QY * cfg.ld] = Cvt<T>::from_acc(acc[mt][nt][2 * h + e] + s_b[c]);
+            }
+        }
+    }
+    __syncthreads();
+
+    T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
+    const int ld = cfg.ld, pad = cfg.pad;
+    store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
+                  [&](int c, int i, int cc) { return s_o[(c * QY + i) * ld + cc + (pad ? (cc >> 5) : 0)]; });
+  }
+}
+
+static int64_t align128(int64_t b) { return (b + 127) / 128 * 128; }
+
+// Fills cfg and returns the dynamic shared-memory bytes, or 0 when the tensor-core
+// direct kernel does not take the problem (the CUDA-core kernels run then).
+static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cfg, int& warps) {
+  if (p.sw > kDtcMaxS || p.sh > kDtcMaxS) return 0;
+  const int64_t kC = 8 * kNT, sw = p.sw;
+  for (int64_t r = 0; r < p.sh; ++r) cfg.py[r] = to_d2(make_phase_dim(r, p.sh, p.ph, p.dh, p.kh, p.Ho));
+  for (int64_t r = 0; r < sw; ++r) cfg.px[r] = to_d2(make_phase_dim(r, sw, p.pw, p.dw, p.kw, p.Wo));
+  cfg.kstep_y = int(p.sh / gcd64(p.sh, p.dh));
+  cfg.koffs_y = cfg.kstep_y * p.dh / p.sh;
+  cfg.kstep_x = int(sw / gcd64(sw, p.dw));
+  cfg.koffs_x = cfg.kstep_x * p.dw / sw;
+  cfg.pad = (sw % 2 == 0) ? 1 : 0;
+  cfg.ld = int(cfg.pad ? 33 * sw : 32 * sw);
+  const int64_t nch = (p.cin_g() + 7) / 8;
+  cfg.nch = int(nch);
+  cfg.pix_bytes = int(16 * (nch | 1));
+  // Column offsets of the taps, row reach and item-table size.
+  int64_t xmin = 0, xmax = 0, ymax_tap = 0, reach_y = 0, tab = 0, max_nq = 0;
+  bool any = false;
+  for (int64_t r = 0; r < sw; ++r) {
+    const D2Phase& d = cfg.px[r];
+    if (d.ntap == 0) continue;
+    const int64_t lo = d.koff0, hi = d.koff0 + (d.ntap - 1) * cfg.koffs_x;
+    xmin = any ? (lo < xmin ? lo : xmin) : lo;
+    xmax = any ? (hi > xmax ? hi : xmax) : hi;
+    any = true;
+  }
+  for (int64_t r = 0; r < p.sh; ++r) {
+    const D2Phase& d = cfg.py[r];
+    max_nq = d.nq > max_nq ? d.nq : max_nq;
+    if (d.ntap == 0) continue;
+    ymax_tap = d.ntap > ymax_tap ? d.ntap : ymax_tap;
+    const int64_t re = (d.ntap - 1) * cfg.koffs_y;
+    reach_y = re > reach_y ? re : reach_y;
+  }
+  for (int64_t r = 0; r < sw; ++r) tab += ymax_tap * cfg.px[r].ntap * nch + 1;
+  if (xmax - xmin > 128 || reach_y > 64 || tab > kDtcMaxTab) return 0;
+  cfg.xoff_max = int(xmax);
+  cfg.cols_in = int(32 + xmax - xmin);
+  const int64_t w_bytes = p.kh * p.kw * nch * kC * 16;
+  if (w_bytes > kDtcMaxW) return 0;
+  const int64_t optin = smem_optin();
+  auto layout = [&](int64_t qy) {
+    int64_t o = 0;
+    cfg.w_off = int(o); o = align128(o + w_bytes);
+    cfg.wz_off = int(o); o = align128(o + kC * 16);
+    cfg.b_off = int(o); o = align128(o + kC * 4);
+    cfg.tab_off = int(o); o = align128(o + tab * 8);
+    cfg.rx_off = int(o); o = align128(o + 2 * kDtcMaxS * 4);
+    cfg.xz_off = int(o); o = align128(o + 128);
+    cfg.x_off = int(o); o = align128(o + (qy + reach_y) * cfg.cols_in * cfg.pix_bytes);
+    cfg.o_off = int(o); o = align128(o + kC * qy * cfg.ld * t_bytes);
+    return o;
+  };
+  int64_t qy = 8;
+  while (qy > 1 && qy / 2 >= max_nq) qy /= 2;  // no taller than the phase
+  while (qy > 1 && layout(qy) > kDtcBudget) qy /= 2;
+  const int64_t smem = layout(qy);
+  if (smem > optin) return 0;
+  cfg.qy_tile = int(qy);
+  const int64_t units = sw * qy;
+  warps = int(units < kDtcWarps ? units : kDtcWarps);
+  cfg.qx_first = p.pw / sw;
+  const int64_t ox_first = cfg.qx_first * sw - p.pw;
+  const int64_t ntx = (p.Wo - ox_first + 32 * sw - 1) / (32 * sw);
+  const int64_t nty = max_nq > 0 ? (max_nq + qy - 1) / qy : 1;
+  const int64_t ncob = (p.cout_g() + kC - 1) / kC;
+  const int64_t nz = p.N * p.groups * ncob;
+  if (ntx * nty * p.sh > 0x7fffffffLL || nz > 0x7fffffffLL - 65535) return 0;
+  cfg.ntx = int(ntx);
+  cfg.nty = int(nty);
+  cfg.ncob = int(ncob);
+  cfg.ngc = int(p.groups * ncob);
+  cfg.nz = int(nz);
+  return smem;
+}
+
+template <typename T, int kNT>
+static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launched) {
+  launched = false;
+  const Problem& p = prm.p;
+  DtcCfg cfg;
+  int warps = 0;
+  const int64_t smem = dtc_config(p, kNT, sizeof(T), cfg, warps);
+  if (smem == 0) return cudaSuccess;
+  const int64_t gx = int64_t(cfg.ntx) * cfg.nty * p.sh;
+  int64_t npb = 1;  // samples per block (same weights) while the grid stays large
+  while (npb < 4 && npb < p.N && gx * cfg.ngc * ((p.N + 2 * npb - 1) / (2 * npb)) >= 4096) npb *= 2;
+  const int64_t gy64 = cfg.ngc * ((p.N + npb - 1) / npb);
+  const unsigned gy = unsigned(gy64 < 65535 ? gy64 : 65535);
+  auto kern = direct_tc_kernel<T, kNT>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e != cudaSuccess) return e;
+  launched = true;
+  kern<<<dim3(unsigned(gx), gy), 32 * warps, size_t(smem), st>>>(prm, cfg);
+  return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t run_dtc_any(const DirectParams& prm, cudaStream_t st, bool& launched) {
+  const int64_t cog = prm.p.cout_g();
+  cudaError_t e = cudaSuccess;
+  launched = false;
+  if (cog > 16) {
+    if (cog > 32) {
+      e = run_dtc<T, 8>(prm, st, launched);
+      if (launched || e != cudaSuccess) return e;
+    }
+    e = run_dtc<T, 4>(prm, st, launched);
+    if (launched || e != cudaSuccess) return e;
+  }
+  return run_dtc<T, 2>(prm, st, launched);
+}
+
+// Compute capability 8.0+ (mma.sync bf16) and 16-bit types; CONVT2D_DIRECT_TC=0
+// keeps the CUDA-core kernel (A/B).
+cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st, bool& launched) {
+  launched = false;
+  if (dt != DType::kHalf && dt != DType::kBFloat16) return cudaSuccess;
+  const char* env = std::getenv("CONVT2D_DIRECT_TC");
+  if (env != nullptr && env[0] == '0') return cudaSuccess;
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      major < 8)
+    return cudaSuccess;
+  if (dt == DType::kHalf) return run_dtc_any<__half>(prm, st, launched);
+  return run_dtc_any<__nv_bfloat16>(prm, st, launched);
+}
+
+}  // namespace cuda
+}  // namespace convt2d

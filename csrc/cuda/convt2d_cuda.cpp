@@ -292,6 +292,17 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     prm.out = ref(out);
     prm.w = w.data_ptr();
     prm.bias = b.defined() ? b.data_ptr() : nullptr;
+    at::Tensor wpk;
+    if (const int kc = cuda::direct_tc_channels(p, dt)) {
+      // [G][Cig][Cog][kk] -> [G][Cog/kc][kk][Cig/8][kc][8], both channel counts zero padded
+      const int64_t G = p.groups, cig = p.cin_g(), cog = p.cout_g(), kk = p.kh * p.kw;
+      const int64_t nch = (cig + 7) / 8, ncob = (cog + kc - 1) / kc;
+      auto wz = at::zeros({G, nch * 8, ncob * kc, kk}, w.options());
+      wz.narrow(1, 0, cig).narrow(2, 0, cog).copy_(w.view({G, cig, cog, kk}));
+      wpk = wz.view({G, nch, 8, ncob, kc, kk}).permute({0, 3, 5, 1, 4, 2}).contiguous();
+      prm.wpk = wpk.data_ptr();
+      prm.wpk_channels = kc;
+    }
     check_launch(cuda::launch_direct_forward(prm, dt, st), "direct forward");
   };
   const bool direct_ok = cuda::direct_forward_fits(p, dt) && dt != DType::kDouble;

@@ -11,8 +11,9 @@
 //   1. The block stages the x window its tile reads, channels innermost:
 //      s_x[row][col][ci] (ci padded to 8-channel chunks, pixel pitch an odd
 //      multiple of 16 bytes so ldmatrix rows never share banks; zeros outside
-//      the image), and (when (g, channel block) changes) the weights as
-//      s_w[tap][chunk][co][8 ci].
+//      the image), and (when (g, channel block) changes) the weights, packed
+//      by the glue as [G][Cout/groups / kC][tap][chunk][kC][8 ci] (zero padded),
+//      by 16-byte copies.
 //   2. Warp unit = (column phase rx, tile row r): a 32 x kC x K GEMM, rows =
 //      the 32 columns Q of the phase, K = the taps reaching (ry, rx) x chunks.
 //      A k16 step is two K items (tap, chunk); an item table per block gives
@@ -106,7 +107,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
   const int col_hi = p.Wo - ox_base < tw ? int(p.Wo - ox_base) : tw;
 
   const T* __restrict__ x = static_cast<const T*>(prm.x.ptr);
-  const T* __restrict__ w = static_cast<const T*>(prm.w);
+  const T* __restrict__ wpk = static_cast<const T*>(prm.wpk);
   const T* __restrict__ bias = static_cast<const T*>(prm.bias);
   T* __restrict__ out = static_cast<T*>(prm.out.ptr);
   const bool chan_fast = prm.out.sc == 1 && prm.out.sw != 1;
@@ -176,24 +177,18 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
     __syncthreads();  // previous iteration's readers are done with s_w / s_x / s_o
     if (gc != staged) {
       staged = gc;
-      // s_w[t][c8][co][e] = w[g*Cig + c8*8 + e][co0 + co][t] (zero past Cig / nc)
-      const int total = kk * nch * kC * 8;
+      // s_w = the packed block [kh*kw][nch][kC][8] of (g, cob): 16-byte copies
+      const uint4* src = reinterpret_cast<const uint4*>(wpk) + int64_t(gc) * (kk * nch * kC);
+      uint4* dst = reinterpret_cast<uint4*>(s_w);
+      const int total = kk * nch * kC;
       for (int i0 = tid; i0 < total; i0 += 4 * nthr) {
-        T v[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int i = i0 + k * nthr;
-          const int e = i & 7, r2 = i >> 3;
-          const int co = r2 % kC, r3 = r2 / kC;
-          const int c8 = r3 % nch, t = r3 / nch;
-          const int ci = c8 * 8 + e;
-          v[k] = (i < total && ci < Cig && co < nc)
-                     ? w[((int64_t(g) * Cig + ci) * Cog + co0 + co) * kk + t]
-                     : Cvt<T>::zero();
-        }
+        uint4 v[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k)
-          if (i0 + k * nthr < total) s_w[i0 + k * nthr] = v[k];
+          if (i0 + k * nthr < total) v[k] = src[i0 + k * nthr];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          if (i0 + k * nthr < total) dst[i0 + k * nthr] = v[k];
       }
       if (tid < kC)
         s_b[tid] = (bias != nullptr && tid < nc) ? Cvt<T>::to_acc(bias[g * Cog + co0 + tid]) : 0.f;
@@ -394,36 +389,40 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
   return cudaGetLastError();
 }
 
-template <typename T>
-static cudaError_t run_dtc_any(const DirectParams& prm, cudaStream_t st, bool& launched) {
-  const int64_t cog = prm.p.cout_g();
-  cudaError_t e = cudaSuccess;
-  launched = false;
-  if (cog > 16) {
-    if (cog > 32) {
-      e = run_dtc<T, 8>(prm, st, launched);
-      if (launched || e != cudaSuccess) return e;
-    }
-    e = run_dtc<T, 4>(prm, st, launched);
-    if (launched || e != cudaSuccess) return e;
-  }
-  return run_dtc<T, 2>(prm, st, launched);
-}
-
-// Compute capability 8.0+ (mma.sync bf16) and 16-bit types; CONVT2D_DIRECT_TC=0
-// keeps the CUDA-core kernel (A/B).
-cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st, bool& launched) {
-  launched = false;
-  if (dt != DType::kHalf && dt != DType::kBFloat16) return cudaSuccess;
+// kNT for the problem (the largest that fits, starting from the channels per
+// group), or 0 when the kernel does not take it.
+static int dtc_ntiles(const Problem& p, DType dt) {
+  if (dt != DType::kHalf && dt != DType::kBFloat16) return 0;
   const char* env = std::getenv("CONVT2D_DIRECT_TC");
-  if (env != nullptr && env[0] == '0') return cudaSuccess;
+  if (env != nullptr && env[0] == '0') return 0;
   int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
       major < 8)
-    return cudaSuccess;
-  if (dt == DType::kHalf) return run_dtc_any<__half>(prm, st, launched);
-  return run_dtc_any<__nv_bfloat16>(prm, st, launched);
+    return 0;
+  const int64_t cog = p.cout_g();
+  for (int nt = cog > 32 ? 8 : cog > 16 ? 4 : 2; nt >= 2; nt /= 2) {
+    DtcCfg cfg;
+    int warps = 0;
+    if (dtc_config(p, nt, 2, cfg, warps) > 0) return nt;
+  }
+  return 0;
+}
+
+int direct_tc_channels(const Problem& p, DType dt) { return 8 * dtc_ntiles(p, dt); }
+
+cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st, bool& launched) {
+  launched = false;
+  const int nt = dtc_ntiles(prm.p, dt);
+  if (nt == 0 || prm.wpk == nullptr || prm.wpk_channels != 8 * nt) return cudaSuccess;
+  if (dt == DType::kHalf) {
+    if (nt == 8) return run_dtc<__half, 8>(prm, st, launched);
+    if (nt == 4) return run_dtc<__half, 4>(prm, st, launched);
+    return run_dtc<__half, 2>(prm, st, launched);
+  }
+  if (nt == 8) return run_dtc<__nv_bfloat16, 8>(prm, st, launched);
+  if (nt == 4) return run_dtc<__nv_bfloat16, 4>(prm, st, launched);
+  return run_dtc<__nv_bfloat16, 2>(prm, st, launched);
 }
 
 }  // namespace cuda

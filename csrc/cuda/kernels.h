@@ -81,6 +81,11 @@ struct DirectParams {
   TensorRef x, out;
   const void* w = nullptr;     // [Cin][Cog][kh][kw] contiguous
   const void* bias = nullptr;  // [Cout] or nullptr
+  // Tensor-core kernel (direct_tc.cu): the weight packed as
+  // [G][ceil(Cog/kC)][kh*kw][ceil(Cig/8)][kC][8], zero padded, kC = wpk_channels
+  // = direct_tc_channels(p, dt); nullptr: the CUDA-core kernels run.
+  const void* wpk = nullptr;
+  int wpk_channels = 0;
 };
 
 // Launchers: return cudaSuccess or the launch error.
@@ -113,6 +118,9 @@ cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_
 // launched = false: not taken (other dtype, shape outside its limits, or
 // CONVT2D_DIRECT_TC=0), nothing launched; launch_direct_forward tries it first.
 cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st, bool& launched);
+// Output channels per block of the tensor-core direct kernel (16, 32 or 64) for the
+// problem, or 0 when it does not take it; the glue packs DirectParams::wpk for it.
+int direct_tc_channels(const Problem& p, DType dt);
 
 // Contiguous NCHW -> contiguous NHWC (channels-last) copy (layout.cu).
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,

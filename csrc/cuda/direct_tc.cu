@@ -47,7 +47,7 @@ struct DtcCfg {
   int kstep_y = 1, kstep_x = 1;
   int64_t qx_first = 0;
   int ntx = 0, nty = 0, qy_tile = 0;
-  int ld = 0, pad = 0;         // staging row pitch, column padding (as D2Cfg)
+  int ld = 0;                  // staging row pitch (multiple of 8, room for the 0..7 shift)
   int nch = 0;                 // 8-channel chunks per tap
   int pix_bytes = 0;           // staged pixel pitch (odd multiple of 16 bytes)
   int cols_in = 0;             // staged columns per row
@@ -62,6 +62,54 @@ __device__ __forceinline__ uint32_t pack2(T lo, T hi) {
   const uint16_t l = *reinterpret_cast<const uint16_t*>(&lo);
   const uint16_t h = *reinterpret_cast<const uint16_t*>(&hi);
   return uint32_t(l) | (uint32_t(h) << 16);
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 splat8(T v) {
+  const uint32_t u = pack2<T>(v, v);
+  return make_uint4(u, u, u, u);
+}
+
+// 16-bit NCHW output with unit column stride: writes the tile's row segments
+// (line (c, i) = output row oy0 + i*oy_step of channel c, columns
+// ox_base + [col_lo, col_hi)) with 16-byte streaming stores, one warp per line,
+// lanes over the line's aligned 8-column chunks (partial chunks at the ends
+// element by element). The staging row of line (c, i) is
+// s_o + (c*QY + i)*ld + shift(c, i) with shift = the output row's element
+// offset modulo 8 (row_shift below), so staging and output chunks align.
+// With s_o == nullptr the lines are bias[c] (or zero).
+template <typename T>
+__device__ __forceinline__ void store_rows16(T* on, const TensorRef& o, int nc, int nrows, int QY,
+                                             int64_t oy0, int64_t oy_step, int64_t ox_base,
+                                             int col_lo, int col_hi, const T* s_o, int ld,
+                                             const T* bp) {
+  const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  T* base = on + oy0 * o.sh + ox_base;  // line (0, 0), column 0
+  const int64_t rstep = oy_step * o.sh;
+  int c = 0, i = warp;
+  while (i >= nrows) { i -= nrows; ++c; }
+  while (c < nc) {
+    T* row = base + c * o.sc + i * rstep;
+    const int shf = int((reinterpret_cast<uintptr_t>(row) >> 1) & 7);
+    const T* srow = s_o ? s_o + (c * QY + i) * ld + shf : nullptr;
+    const T cv = bp ? bp[c] : Cvt<T>::zero();
+    const int k_hi = (col_hi + shf + 7) >> 3;
+    for (int k = ((col_lo + shf) >> 3) + lane; k < k_hi; k += 32) {
+      const int c0 = 8 * k - shf;
+      if (c0 >= col_lo && c0 + 8 <= col_hi) {
+        const uint4 v = srow ? *reinterpret_cast<const uint4*>(srow + c0) : splat8<T>(cv);
+        __stcs(reinterpret_cast<uint4*>(row + c0), v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int cc = c0 + e;
+          if (cc >= col_lo && cc < col_hi) __stcs(row + cc, srow ? srow[cc] : cv);
+        }
+      }
+    }
+    i += nwarps;
+    while (i >= nrows) { i -= nrows; ++c; }
+  }
 }
 
 template <typename T, int kNT>
@@ -111,6 +159,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
   const T* __restrict__ bias = static_cast<const T*>(prm.bias);
   T* __restrict__ out = static_cast<T*>(prm.out.ptr);
   const bool chan_fast = prm.out.sc == 1 && prm.out.sw != 1;
+  const bool vec_rows = !chan_fast && prm.out.sw == 1;  // 16-byte row stores (store_rows16)
   const int ncob = cfg.ncob;
 
   if (dy.ntap == 0) {  // no tap reaches this row phase: bias (or zero) rows
@@ -121,8 +170,11 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
       const int nc = Cog - co0 < kC ? int(Cog - co0) : kC;
       T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
       const T* bp = bias ? bias + g * Cog + co0 : nullptr;
-      store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
-                    [&](int c, int, int) { return bp ? bp[c] : Cvt<T>::zero(); });
+      if (vec_rows)
+        store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp);
+      else
+        store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
+                      [&](int c, int, int) { return bp ? bp[c] : Cvt<T>::zero(); });
     }
     return;
   }
@@ -215,14 +267,24 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
     }
     __syncthreads();
 
+    // Staging shift of line (c, i): (sh0 + c*shc + i*shr) & 7 = the element offset
+    // modulo 8 of that output row's column 0 (store_rows16); 0 for other layouts.
+    T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
+    int sh0 = 0, shc = 0, shr = 0;
+    if (vec_rows) {
+      sh0 = int((reinterpret_cast<uintptr_t>(on + oy0 * prm.out.sh + ox_base) >> 1) & 7);
+      shc = int(prm.out.sc & 7);
+      shr = int((p.sh * prm.out.sh) & 7);
+    }
+
     for (int u = warp; u < nunits; u += nwarps) {
       const int rx = u % sw, r = u / sw;
       if (r >= nrows) continue;  // warp-uniform
       const int steps = s_rx[kDtcMaxS + rx];
       if (steps == 0) {  // no tap reaches this column phase: bias
         const int col = lane * sw + rx;
-        const int colp = col + (cfg.pad ? (col >> 5) : 0);
-        for (int c = 0; c < nc; ++c) s_o[(c * QY + r) * cfg.ld + colp] = Cvt<T>::from_acc(s_b[c]);
+        for (int c = 0; c < nc; ++c)
+          s_o[(c * QY + r) * cfg.ld + ((sh0 + c * shc + r * shr) & 7) + col] = Cvt<T>::from_acc(s_b[c]);
         continue;
       }
       float acc[2][kNT][4];
@@ -269,23 +331,27 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
         for (int h = 0; h < 2; ++h) {
           const int q = mt * 16 + (lane >> 2) + 8 * h;
           const int col = q * sw + rx;
-          const int colp = col + (cfg.pad ? (col >> 5) : 0);
-          T* so = s_o + r * cfg.ld + colp;
+          T* so = s_o + r * cfg.ld + col;
+          const int shr_r = sh0 + r * shr;
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int c = nt * 8 + 2 * (lane & 3) + e;
-              if (c < nc) so[c * QY * cfg.ld] = Cvt<T>::from_acc(acc[mt][nt][2 * h + e] + s_b[c]);
+              if (c < nc)
+                so[c * QY * cfg.ld + ((shr_r + c * shc) & 7)] =
+                    Cvt<T>::from_acc(acc[mt][nt][2 * h + e] + s_b[c]);
             }
         }
     }
     __syncthreads();
 
-    T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
-    const int ld = cfg.ld, pad = cfg.pad;
-    store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
-                  [&](int c, int i, int cc) { return s_o[(c * QY + i) * ld + cc + (pad ? (cc >> 5) : 0)]; });
+    const int ld = cfg.ld;
+    if (vec_rows)
+      store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr);
+    else
+      store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
+                    [&](int c, int i, int cc) { return s_o[(c * QY + i) * ld + cc]; });
   }
 }
 
@@ -302,8 +368,7 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   cfg.koffs_y = cfg.kstep_y * p.dh / p.sh;
   cfg.kstep_x = int(sw / gcd64(sw, p.dw));
   cfg.koffs_x = cfg.kstep_x * p.dw / sw;
-  cfg.pad = (sw % 2 == 0) ? 1 : 0;
-  cfg.ld = int(cfg.pad ? 33 * sw : 32 * sw);
+  cfg.ld = int((32 * sw + 8 + 7) / 8 * 8);
   const int64_t nch = (p.cin_g() + 7) / 8;
   cfg.nch = int(nch);
   cfg.pix_bytes = int(16 * (nch | 1));

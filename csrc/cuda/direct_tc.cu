@@ -55,6 +55,8 @@ struct DtcCfg {
   // byte offsets into dynamic shared memory
   int w_off = 0, wz_off = 0, b_off = 0, tab_off = 0, rx_off = 0, xz_off = 0, x_off = 0, o_off = 0;
   int ncob = 0, ngc = 0, nz = 0;
+  int vec = 1;                 // store_rows16 where the layout allows (CONVT2D_DTC_VEC=0: off)
+  int cs = 1;                  // store_rows16 with streaming stores (CONVT2D_DTC_CS=0: plain)
 };
 
 template <typename T>
@@ -82,7 +84,7 @@ template <typename T>
 __device__ __forceinline__ void store_rows16(T* on, const TensorRef& o, int nc, int nrows, int QY,
                                              int64_t oy0, int64_t oy_step, int64_t ox_base,
                                              int col_lo, int col_hi, const T* s_o, int ld,
-                                             const T* bp) {
+                                             const T* bp, bool cs) {
   const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   T* base = on + oy0 * o.sh + ox_base;  // line (0, 0), column 0
   const int64_t rstep = oy_step * o.sh;
@@ -98,7 +100,8 @@ __device__ __forceinline__ void store_rows16(T* on, const TensorRef& o, int nc, 
       const int c0 = 8 * k - shf;
       if (c0 >= col_lo && c0 + 8 <= col_hi) {
         const uint4 v = srow ? *reinterpret_cast<const uint4*>(srow + c0) : splat8<T>(cv);
-        __stcs(reinterpret_cast<uint4*>(row + c0), v);
+        if (cs) __stcs(reinterpret_cast<uint4*>(row + c0), v);
+        else *reinterpret_cast<uint4*>(row + c0) = v;
       } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
@@ -159,7 +162,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
   const T* __restrict__ bias = static_cast<const T*>(prm.bias);
   T* __restrict__ out = static_cast<T*>(prm.out.ptr);
   const bool chan_fast = prm.out.sc == 1 && prm.out.sw != 1;
-  const bool vec_rows = !chan_fast && prm.out.sw == 1;  // 16-byte row stores (store_rows16)
+  const bool vec_rows = cfg.vec && !chan_fast && prm.out.sw == 1;  // 16-byte row stores
   const int ncob = cfg.ncob;
 
   if (dy.ntap == 0) {  // no tap reaches this row phase: bias (or zero) rows
@@ -171,7 +174,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
       T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
       const T* bp = bias ? bias + g * Cog + co0 : nullptr;
       if (vec_rows)
-        store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp);
+        store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg.cs);
       else
         store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
                       [&](int c, int, int) { return bp ? bp[c] : Cvt<T>::zero(); });
@@ -348,7 +351,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
 
     const int ld = cfg.ld;
     if (vec_rows)
-      store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr);
+      store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg.cs);
     else
       store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
                     [&](int c, int i, int cc) { return s_o[(c * QY + i) * ld + cc]; });
@@ -413,6 +416,12 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   int64_t qy = 8;
   while (qy > 1 && qy / 2 >= max_nq) qy /= 2;  // no taller than the phase
   while (qy > 1 && layout(qy) > kDtcBudget) qy /= 2;
+  if (const char* e = std::getenv("CONVT2D_DTC_QY")) {  // A/B: force the tile height
+    const int64_t v = std::atoi(e);
+    if (v == 1 || v == 2 || v == 4 || v == 8) qy = v;
+  }
+  if (const char* e = std::getenv("CONVT2D_DTC_VEC")) cfg.vec = e[0] != '0';
+  if (const char* e = std::getenv("CONVT2D_DTC_CS")) cfg.cs = e[0] != '0';
   const int64_t smem = layout(qy);
   if (smem > optin) return 0;
   cfg.qy_tile = int(qy);

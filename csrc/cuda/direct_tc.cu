@@ -57,6 +57,9 @@ struct DtcCfg {
   int ncob = 0, ngc = 0, nz = 0;
   int vec = 1;                 // store_rows16 where the layout allows (CONVT2D_DTC_VEC=0: off)
   int cs = 1;                  // store_rows16 with streaming stores (CONVT2D_DTC_CS=0: plain)
+  int nchk = 0;                // store_rows16: 8-column chunks per line (upper bound)
+  uint64_t m_chk = 0;          // div_magic multipliers: by nchk, by 1..8 rows
+  uint64_t m_rows[9] = {};
 };
 
 template <typename T>
@@ -72,46 +75,57 @@ __device__ __forceinline__ uint4 splat8(T v) {
   return make_uint4(u, u, u, u);
 }
 
+// n / d for the block-constant divisors below: m = ceil(2^32 / d), exact while
+// n < 2^32 / d^2 (dtc_config keeps the item counts far below that).
+__device__ __forceinline__ uint32_t div_magic(uint32_t n, uint64_t m) {
+  return uint32_t((uint64_t(n) * m) >> 32);
+}
+
 // 16-bit NCHW output with unit column stride: writes the tile's row segments
 // (line (c, i) = output row oy0 + i*oy_step of channel c, columns
-// ox_base + [col_lo, col_hi)) with 16-byte streaming stores, one warp per line,
-// lanes over the line's aligned 8-column chunks (partial chunks at the ends
-// element by element). The staging row of line (c, i) is
+// ox_base + [col_lo, col_hi)) with 16-byte streaming stores. Work items are
+// (line, aligned 8-column chunk) pairs dealt to all threads (cfg.nchk chunks per
+// line, the ones past the segment skip); partial chunks at the segment ends are
+// stored element by element. The staging row of line (c, i) is
 // s_o + (c*QY + i)*ld + shift(c, i) with shift = the output row's element
-// offset modulo 8 (row_shift below), so staging and output chunks align.
-// With s_o == nullptr the lines are bias[c] (or zero).
+// offset modulo 8, so chunk k of a line is the aligned 16 bytes at staging
+// index 8k. With s_o == nullptr the lines are bias[c] (or zero).
 template <typename T>
 __device__ __forceinline__ void store_rows16(T* on, const TensorRef& o, int nc, int nrows, int QY,
                                              int64_t oy0, int64_t oy_step, int64_t ox_base,
                                              int col_lo, int col_hi, const T* s_o, int ld,
-                                             const T* bp, bool cs) {
-  const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+                                             const T* bp, const DtcCfg& cfg) {
   T* base = on + oy0 * o.sh + ox_base;  // line (0, 0), column 0
   const int64_t rstep = oy_step * o.sh;
-  int c = 0, i = warp;
-  while (i >= nrows) { i -= nrows; ++c; }
-  while (c < nc) {
-    T* row = base + c * o.sc + i * rstep;
+  const uint32_t nchk = uint32_t(cfg.nchk);
+  const uint32_t total = uint32_t(nc * nrows) * nchk;
+  for (uint32_t it = threadIdx.x; it < total; it += blockDim.x) {
+    const uint32_t line = div_magic(it, cfg.m_chk);
+    const uint32_t c = div_magic(line, cfg.m_rows[nrows]);
+    const int i = int(line - c * uint32_t(nrows));
+    T* row = base + int64_t(c) * o.sc + int64_t(i) * rstep;
     const int shf = int((reinterpret_cast<uintptr_t>(row) >> 1) & 7);
-    const T* srow = s_o ? s_o + (c * QY + i) * ld + shf : nullptr;
-    const T cv = bp ? bp[c] : Cvt<T>::zero();
-    const int k_hi = (col_hi + shf + 7) >> 3;
-    for (int k = ((col_lo + shf) >> 3) + lane; k < k_hi; k += 32) {
-      const int c0 = 8 * k - shf;
-      if (c0 >= col_lo && c0 + 8 <= col_hi) {
-        const uint4 v = srow ? *reinterpret_cast<const uint4*>(srow + c0) : splat8<T>(cv);
-        if (cs) __stcs(reinterpret_cast<uint4*>(row + c0), v);
-        else *reinterpret_cast<uint4*>(row + c0) = v;
-      } else {
+    const int k = ((col_lo + shf) >> 3) + int(it - line * nchk);
+    const int c0 = 8 * k - shf;
+    if (c0 >= col_hi) continue;
+    uint4 v;
+    if (s_o != nullptr) {
+      v = *reinterpret_cast<const uint4*>(s_o + (int(c) * QY + i) * ld + 8 * k);
+    } else {
+      v = splat8<T>(bp ? bp[c] : Cvt<T>::zero());
+    }
+    if (c0 >= col_lo && c0 + 8 <= col_hi) {
+      if (cfg.cs) __stcs(reinterpret_cast<uint4*>(row + c0), v);
+      else *reinterpret_cast<uint4*>(row + c0) = v;
+    } else {
+      const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int cc = c0 + e;
-          if (cc >= col_lo && cc < col_hi) __stcs(row + cc, srow ? srow[cc] : cv);
-        }
+      for (int e = 0; e < 8; ++e) {
+        const int cc = c0 + e;
+        const uint16_t h = uint16_t(wv[e >> 1] >> (16 * (e & 1)));
+        if (cc >= col_lo && cc < col_hi) __stcs(reinterpret_cast<uint16_t*>(row + cc), h);
       }
     }
-    i += nwarps;
-    while (i >= nrows) { i -= nrows; ++c; }
   }
 }
 
@@ -174,7 +188,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
       T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
       const T* bp = bias ? bias + g * Cog + co0 : nullptr;
       if (vec_rows)
-        store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg.cs);
+        store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg);
       else
         store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
                       [&](int c, int, int) { return bp ? bp[c] : Cvt<T>::zero(); });
@@ -351,7 +365,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
 
     const int ld = cfg.ld;
     if (vec_rows)
-      store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg.cs);
+      store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg);
     else
       store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
                     [&](int c, int i, int cc) { return s_o[(c * QY + i) * ld + cc]; });
@@ -371,7 +385,11 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   cfg.koffs_y = cfg.kstep_y * p.dh / p.sh;
   cfg.kstep_x = int(sw / gcd64(sw, p.dw));
   cfg.koffs_x = cfg.kstep_x * p.dw / sw;
-  cfg.ld = int((32 * sw + 8 + 7) / 8 * 8);
+  cfg.ld = int((32 * sw + 16 + 7) / 8 * 8);  // staging index 8k of a line's last chunk < ld
+  cfg.nchk = int((32 * sw + 14) / 8 + 1);
+  auto magic = [](int64_t d) { return uint64_t(((int64_t(1) << 32) + d - 1) / d); };
+  cfg.m_chk = magic(cfg.nchk);
+  for (int r = 1; r <= 8; ++r) cfg.m_rows[r] = magic(r);
   const int64_t nch = (p.cin_g() + 7) / 8;
   cfg.nch = int(nch);
   cfg.pix_bytes = int(16 * (nch | 1));

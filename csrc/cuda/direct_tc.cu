@@ -96,34 +96,37 @@ __device__ __forceinline__ void store_rows16(T* on, const TensorRef& o, int nc, 
                                              int col_lo, int col_hi, const T* s_o, int ld,
                                              const T* bp, const DtcCfg& cfg) {
   T* base = on + oy0 * o.sh + ox_base;  // line (0, 0), column 0
-  const int64_t rstep = oy_step * o.sh;
+  const int base_res = int((reinterpret_cast<uintptr_t>(base) >> 1) & 7);
+  // 32-bit element offsets from base (run_dtc checks that they fit)
+  const int sc = int(o.sc), rs = int(oy_step * o.sh);
   const uint32_t nchk = uint32_t(cfg.nchk);
   const uint32_t total = uint32_t(nc * nrows) * nchk;
   for (uint32_t it = threadIdx.x; it < total; it += blockDim.x) {
     const uint32_t line = div_magic(it, cfg.m_chk);
-    const uint32_t c = div_magic(line, cfg.m_rows[nrows]);
-    const int i = int(line - c * uint32_t(nrows));
-    T* row = base + int64_t(c) * o.sc + int64_t(i) * rstep;
-    const int shf = int((reinterpret_cast<uintptr_t>(row) >> 1) & 7);
+    const int c = int(div_magic(line, cfg.m_rows[nrows]));
+    const int i = int(line) - c * nrows;
+    const int off = c * sc + i * rs;  // line's column 0
+    const int shf = (base_res + off) & 7;
     const int k = ((col_lo + shf) >> 3) + int(it - line * nchk);
     const int c0 = 8 * k - shf;
     if (c0 >= col_hi) continue;
+    T* dst = base + (off + c0);  // 16-byte aligned
     uint4 v;
     if (s_o != nullptr) {
-      v = *reinterpret_cast<const uint4*>(s_o + (int(c) * QY + i) * ld + 8 * k);
+      v = *reinterpret_cast<const uint4*>(s_o + (c * QY + i) * ld + 8 * k);
     } else {
       v = splat8<T>(bp ? bp[c] : Cvt<T>::zero());
     }
     if (c0 >= col_lo && c0 + 8 <= col_hi) {
-      if (cfg.cs) __stcs(reinterpret_cast<uint4*>(row + c0), v);
-      else *reinterpret_cast<uint4*>(row + c0) = v;
-    } else {
+      if (cfg.cs) __stcs(reinterpret_cast<uint4*>(dst), v);
+      else *reinterpret_cast<uint4*>(dst) = v;
+    } else {  // the segment's first or last chunk
+      uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
       const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const int cc = c0 + e;
-        const uint16_t h = uint16_t(wv[e >> 1] >> (16 * (e & 1)));
-        if (cc >= col_lo && cc < col_hi) __stcs(reinterpret_cast<uint16_t*>(row + cc), h);
+        const bool in = c0 + e >= col_lo && c0 + e < col_hi;
+        if (in) __stcs(d16 + e, uint16_t(wv[e >> 1] >> (16 * (e & 1))));
       }
     }
   }
@@ -468,6 +471,11 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
   int warps = 0;
   const int64_t smem = dtc_config(p, kNT, sizeof(T), cfg, warps);
   if (smem == 0) return cudaSuccess;
+  {  // store_rows16's 32-bit offsets: channel, row and column spans of one tile
+    const int64_t sc = prm.out.sc < 0 ? -prm.out.sc : prm.out.sc;
+    const int64_t rs = (prm.out.sh < 0 ? -prm.out.sh : prm.out.sh) * p.sh;
+    if ((8 * kNT) * sc + cfg.qy_tile * rs + p.Wo + 32 * p.sw + 16 >= (int64_t(1) << 31)) cfg.vec = 0;
+  }
   const int64_t gx = int64_t(cfg.ntx) * cfg.nty * p.sh;
   int64_t npb = 1;  // samples per block (same weights) while the grid stays large
   while (npb < 4 && npb < p.N && gx * cfg.ngc * ((p.N + 2 * npb - 1) / (2 * npb)) >= 4096) npb *= 2;

@@ -132,8 +132,8 @@ __device__ __forceinline__ void store_rows16(T* on, const TensorRef& o, int nc, 
   }
 }
 
-template <typename T, int kNT>
-__global__ void __launch_bounds__(32 * kDtcWarps, 2)
+template <typename T, int kNT, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kDtcWarps, kMinBlocks)
 direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant__ DtcCfg cfg) {
   constexpr int kC = 8 * kNT;
   static_assert(kNT % 2 == 0, "B fragments are loaded two n-tiles at a time");
@@ -481,7 +481,11 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
   while (npb < 4 && npb < p.N && gx * cfg.ngc * ((p.N + 2 * npb - 1) / (2 * npb)) >= 4096) npb *= 2;
   const int64_t gy64 = cfg.ngc * ((p.N + npb - 1) / npb);
   const unsigned gy = unsigned(gy64 < 65535 ? gy64 : 65535);
-  auto kern = direct_tc_kernel<T, kNT>;
+  // Blocks per SM the registers are capped for (CONVT2D_DTC_MINB: 2, 3 or 4; A/B).
+  int minb = 2;
+  if (const char* e = std::getenv("CONVT2D_DTC_MINB")) minb = std::atoi(e);
+  auto kern = minb == 4 ? direct_tc_kernel<T, kNT, 4>
+            : minb == 3 ? direct_tc_kernel<T, kNT, 3> : direct_tc_kernel<T, kNT, 2>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   launched = true;

@@ -481,8 +481,10 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
   while (npb < 4 && npb < p.N && gx * cfg.ngc * ((p.N + 2 * npb - 1) / (2 * npb)) >= 4096) npb *= 2;
   const int64_t gy64 = cfg.ngc * ((p.N + npb - 1) / npb);
   const unsigned gy = unsigned(gy64 < 65535 ? gy64 : 65535);
-  // Blocks per SM the registers are capped for (CONVT2D_DTC_MINB: 2, 3 or 4; A/B).
-  int minb = 2;
+  // Blocks per SM the registers are capped for: 3 for 16 channels per block (80
+  // registers, no spill; seedD bf16 0.455 -> 0.389 ms), else 2 (128 registers; 3
+  // spills 20 / 500 bytes at 32 / 64 channels). CONVT2D_DTC_MINB = 2, 3, 4: A/B.
+  int minb = kNT == 2 ? 3 : 2;
   if (const char* e = std::getenv("CONVT2D_DTC_MINB")) minb = std::atoi(e);
   auto kern = minb == 4 ? direct_tc_kernel<T, kNT, 4>
             : minb == 3 ? direct_tc_kernel<T, kNT, 3> : direct_tc_kernel<T, kNT, 2>;
@@ -505,7 +507,12 @@ static int dtc_ntiles(const Problem& p, DType dt) {
       major < 8)
     return 0;
   const int64_t cog = p.cout_g();
-  for (int nt = cog > 32 ? 8 : cog > 16 ? 4 : 2; nt >= 2; nt /= 2) {
+  int first = cog > 32 ? 8 : cog > 16 ? 4 : 2;
+  if (const char* e = std::getenv("CONVT2D_DTC_NT")) {  // A/B: at most this many n-tiles
+    const int v = std::atoi(e);
+    if ((v == 2 || v == 4 || v == 8) && v < first) first = v;
+  }
+  for (int nt = first; nt >= 2; nt /= 2) {
     DtcCfg cfg;
     int warps = 0;
     if (dtc_config(p, nt, 2, cfg, warps) > 0) return nt;

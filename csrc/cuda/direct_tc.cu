@@ -481,10 +481,11 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
   while (npb < 4 && npb < p.N && gx * cfg.ngc * ((p.N + 2 * npb - 1) / (2 * npb)) >= 4096) npb *= 2;
   const int64_t gy64 = cfg.ngc * ((p.N + npb - 1) / npb);
   const unsigned gy = unsigned(gy64 < 65535 ? gy64 : 65535);
-  // Blocks per SM the registers are capped for: 3 for 16 channels per block (80
-  // registers, no spill; seedD bf16 0.455 -> 0.389 ms), else 2 (128 registers; 3
-  // spills 20 / 500 bytes at 32 / 64 channels). CONVT2D_DTC_MINB = 2, 3, 4: A/B.
-  int minb = kNT == 2 ? 3 : 2;
+  // Blocks per SM the registers are capped for: 3 (80 registers) for 16 and 32
+  // channels per block (seedD bf16 0.455 -> 0.389 ms; 32 channels spill 20 bytes,
+  // seedC 0.421 -> 0.355 ms), 2 for 64 (128 registers; at 3 it spills ~500 bytes).
+  // CONVT2D_DTC_MINB = 2, 3, 4: A/B.
+  int minb = kNT == 8 ? 2 : 3;
   if (const char* e = std::getenv("CONVT2D_DTC_MINB")) minb = std::atoi(e);
   auto kern = minb == 4 ? direct_tc_kernel<T, kNT, 4>
             : minb == 3 ? direct_tc_kernel<T, kNT, 3> : direct_tc_kernel<T, kNT, 2>;
@@ -507,11 +508,16 @@ static int dtc_ntiles(const Problem& p, DType dt) {
       major < 8)
     return 0;
   const int64_t cog = p.cout_g();
-  int first = cog > 32 ? 8 : cog > 16 ? 4 : 2;
-  if (const char* e = std::getenv("CONVT2D_DTC_NT")) {  // A/B: at most this many n-tiles
+  // At most 32 channels per block: with 3 blocks per SM that beat 64-channel blocks
+  // at 2 per SM on seedC (Cout/groups 64, bf16: 0.420 -> 0.355 ms) although x is
+  // staged once per channel block. CONVT2D_DTC_NT = 2, 4, 8 sets the cap (A/B).
+  int cap = 4;
+  if (const char* e = std::getenv("CONVT2D_DTC_NT")) {
     const int v = std::atoi(e);
-    if ((v == 2 || v == 4 || v == 8) && v < first) first = v;
+    if (v == 2 || v == 4 || v == 8) cap = v;
   }
+  int first = cog > 32 ? 8 : cog > 16 ? 4 : 2;
+  if (first > cap) first = cap;
   for (int nt = first; nt >= 2; nt /= 2) {
     DtcCfg cfg;
     int warps = 0;

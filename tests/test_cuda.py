@@ -595,6 +595,11 @@ def test_direct_tc_kernel_runs_for_16_bit(dtype, monkeypatch):
             assert any("direct_tc_kernel" in n for n in names) == want, (cfg.id(), env, names)
             check(x, w, b, cfg.kwargs(), backward=False, what=f"direct_tc={env} ")
         monkeypatch.setenv("CONVT2D_DIRECT_TC", "1")
+        for nt in ("8", "4", "2"):  # 64, 32, 16 output channels per block (default cap: 32)
+            monkeypatch.setenv("CONVT2D_DTC_NT", nt)
+            x, w, b = cfg.make(dtype, "cuda")
+            check(x, w, b, cfg.kwargs(), backward=False, what=f"direct_tc nt={nt} ")
+        monkeypatch.delenv("CONVT2D_DTC_NT")
         x, w, b = cfg.make(dtype, "cuda")
         x[1, 3, 4, 5] = float("inf")
         w = w.abs() + 0.1

@@ -607,3 +607,15 @@ def test_direct_tc_kernel_runs_for_16_bit(dtype, monkeypatch):
         ref = F.conv_transpose2d(x.double().cpu(), w.double().cpu(), **cfg.kwargs())
         assert not out.isnan().any(), "NaN in the output"
         assert torch.equal(out.isinf().cpu(), ref.isinf()), "inf pattern differs"
+
+
+@pytest.mark.parametrize("nt", ["8", "4", "2"])
+def test_direct_tc_single_warp_block(nt, monkeypatch):
+    """sw = 1 and one row per tile give blocks of one warp (32 threads): with 64 channels per
+    block (CONVT2D_DTC_NT=8) the bias staging once covered only channels 0..31, and channel 32
+    read uninitialised shared memory (found by a Python model of the kernel, 2026-11-23)."""
+    monkeypatch.setenv("CONVT2D_KERNEL", "direct")
+    monkeypatch.setenv("CONVT2D_DTC_NT", nt)
+    for cfg in [Cfg(1, 1, 33, 1, 1, k=1, bias=False), Cfg(2, 3, 70, 1, 5, k=1, bias=True)]:
+        x, w, b = cfg.make(torch.bfloat16, "cuda")
+        check(x, w, b, cfg.kwargs(), backward=False, what=f"one-warp nt={nt} ")

@@ -262,8 +262,8 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
         for (int k = 0; k < 4; ++k)
           if (i0 + k * nthr < total) dst[i0 + k * nthr] = v[k];
       }
-      if (tid < kC)
-        s_b[tid] = (bias != nullptr && tid < nc) ? Cvt<T>::to_acc(bias[g * Cog + co0 + tid]) : 0.f;
+      for (int c = tid; c < kC; c += nthr)  // a block may have fewer threads than kC
+        s_b[c] = (bias != nullptr && c < nc) ? Cvt<T>::to_acc(bias[g * Cog + co0 + c]) : 0.f;
     }
     // s_x[rr][cc][c8*8 + e] = x[n, g*Cig + c8*8 + e, iy_base + rr, ix_base + cc]
     {

@@ -35,19 +35,10 @@ namespace cuda {
 
 // ---------------------------------------------------------------- v2 kernel
 constexpr int kD2MaxWarps = 8;
-constexpr int kD2MaxS = 16;                    // largest sh / sw (phase tables in the params)
 constexpr int64_t kD2SmemBudget = 100 * 1024;  // preferred per-block shared memory
 constexpr int64_t kD2SmemMax = 160 * 1024;     // hard limit (as direct_forward_fits)
 
-struct D2Cfg {
-  D2Phase py[kD2MaxS];   // row phases ry < sh
-  D2Phase px[kD2MaxS];   // column phases rx < sw
-  int64_t koffs_y = 0, koffs_x = 0;  // koff_step of the rows / columns
-  int kstep_y = 1, kstep_x = 1;
-  int64_t qx_first = 0;  // Q of the first column of column tile 0
-  int ntx = 0;           // column tiles (32*sw output columns each)
-  int nty = 0;           // row tiles per row phase
-  int qy_tile = 0;       // QY: rows of one phase per tile (multiple of kPY)
+struct D2Cfg : DTileGrid {
   int ld = 0;            // staging row pitch in elements
   int pad = 0;           // 1: staging column c stored at c + c/32 (sw even)
   int w_bytes = 0;       // weights + bias region (16-byte multiple)
@@ -267,20 +258,13 @@ static int64_t align16(int64_t b) { return (b + 15) / 16 * 16; }
 // or 0 if v2 does not take the problem (v1 runs then).
 static int64_t direct2_config(const Problem& p, int kC, int py, int64_t acc_bytes,
                               int64_t t_bytes, D2Cfg& cfg, int& warps) {
-  if (p.sw > kD2MaxS || p.sh > kD2MaxS) return 0;
+  int64_t max_nq = 0;
+  if (!set_tile_phases(p, cfg, max_nq)) return 0;
   const int64_t sw = p.sw;
-  for (int64_t r = 0; r < p.sh; ++r) cfg.py[r] = to_d2(make_phase_dim(r, p.sh, p.ph, p.dh, p.kh, p.Ho));
-  for (int64_t r = 0; r < sw; ++r) cfg.px[r] = to_d2(make_phase_dim(r, sw, p.pw, p.dw, p.kw, p.Wo));
-  cfg.kstep_y = int(p.sh / gcd64(p.sh, p.dh));
-  cfg.koffs_y = cfg.kstep_y * p.dh / p.sh;
-  cfg.kstep_x = int(sw / gcd64(sw, p.dw));
-  cfg.koffs_x = cfg.kstep_x * p.dw / sw;
   cfg.pad = (sw % 2 == 0) ? 1 : 0;
   cfg.ld = int(cfg.pad ? 33 * sw : 32 * sw);
   cfg.w_bytes = int(align16((p.cin_g() * p.kh * p.kw * kC + kC) * acc_bytes));
   const int64_t row_bytes = int64_t(kC) * cfg.ld * t_bytes;  // staging per tile row
-  int64_t max_nq = 0;
-  for (int64_t r = 0; r < p.sh; ++r) max_nq = cfg.py[r].nq > max_nq ? cfg.py[r].nq : max_nq;
   // Row groups of kPY rows: units (column phase x row group) are dealt to the
   // warps, one per warp up to 8 warps. At least 2 row groups (measured: seedC,
   // sw = 5, 0.76 -> 0.62 ms), at least 4 units when sw is small.
@@ -295,20 +279,7 @@ static int64_t direct2_config(const Problem& p, int kC, int py, int64_t acc_byte
   if (smem > kD2SmemMax || smem > optin) return 0;
   const int64_t units = sw * rg;
   warps = int(units < kD2MaxWarps ? units : kD2MaxWarps);
-  cfg.qy_tile = int(rg * py);
-  cfg.qx_first = p.pw / sw;  // first Q with (Q*sw - pw) > -sw
-  const int64_t ox_first = cfg.qx_first * sw - p.pw;  // in (-sw, 0]
-  const int64_t ntx = (p.Wo - ox_first + 32 * sw - 1) / (32 * sw);
-  const int64_t nty = max_nq > 0 ? (max_nq + cfg.qy_tile - 1) / cfg.qy_tile : 1;
-  const int64_t ncob = (p.cout_g() + kC - 1) / kC;
-  const int64_t nz = p.N * p.groups * ncob;
-  // 32-bit block indices; the kernel's `z += gridDim.y` loop must not wrap.
-  if (ntx * nty * p.sh > 0x7fffffffLL || nz > 0x7fffffffLL - 65535) return 0;
-  cfg.ntx = int(ntx);
-  cfg.nty = int(nty);
-  cfg.ncob = int(ncob);
-  cfg.ngc = int(p.groups * ncob);
-  cfg.nz = int(nz);
+  if (!set_tile_grid(p, rg * py, max_nq, kC, cfg, cfg.ncob, cfg.ngc, cfg.nz)) return 0;
   return smem;
 }
 
@@ -321,17 +292,11 @@ static cudaError_t run_v2(const DirectParams& prm, cudaStream_t st, bool& launch
   int warps = 0;
   const int64_t smem = direct2_config(p, kC, kPY, sizeof(Acc), sizeof(T), cfg, warps);
   if (smem == 0) return cudaSuccess;
-  const int64_t gx = int64_t(cfg.ntx) * cfg.nty * p.sh;
-  // Samples per block (same weights): up to 4 while the grid stays large.
-  int64_t npb = 1;
-  while (npb < 4 && npb < p.N && gx * cfg.ngc * ((p.N + 2 * npb - 1) / (2 * npb)) >= 4096) npb *= 2;
-  const int64_t gy64 = cfg.ngc * ((p.N + npb - 1) / npb);
-  const unsigned gy = unsigned(gy64 < 65535 ? gy64 : 65535);
   auto kern = direct2_fwd_kernel<T, kC, kPY>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   launched = true;
-  kern<<<dim3(unsigned(gx), gy), 32 * warps, size_t(smem), st>>>(prm, cfg);
+  kern<<<direct_grid(p, cfg, cfg.ngc), 32 * warps, size_t(smem), st>>>(prm, cfg);
   return cudaGetLastError();
 }
 

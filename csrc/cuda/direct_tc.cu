@@ -35,18 +35,12 @@ namespace convt2d {
 namespace cuda {
 
 constexpr int kDtcWarps = 8;
-constexpr int kDtcMaxS = 16;
+constexpr int kDtcMaxS = kDirectMaxS;  // s_rx rows per column phase
 constexpr int kDtcMaxTab = 1024;                // item-table entries
 constexpr int64_t kDtcBudget = 113 * 1024;      // two blocks per SM
 constexpr int64_t kDtcMaxW = 96 * 1024;         // staged weights
 
-struct DtcCfg {
-  D2Phase py[kDtcMaxS];
-  D2Phase px[kDtcMaxS];
-  int64_t koffs_y = 0, koffs_x = 0;
-  int kstep_y = 1, kstep_x = 1;
-  int64_t qx_first = 0;
-  int ntx = 0, nty = 0, qy_tile = 0;
+struct DtcCfg : DTileGrid {
   int ld = 0;                  // staging row pitch (multiple of 8, room for the 0..7 shift)
   int nch = 0;                 // 8-channel chunks per tap
   int pix_bytes = 0;           // staged pixel pitch (odd multiple of 16 bytes)
@@ -380,14 +374,9 @@ static int64_t align128(int64_t b) { return (b + 127) / 128 * 128; }
 // Fills cfg and returns the dynamic shared-memory bytes, or 0 when the tensor-core
 // direct kernel does not take the problem (the CUDA-core kernels run then).
 static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cfg, int& warps) {
-  if (p.sw > kDtcMaxS || p.sh > kDtcMaxS) return 0;
+  int64_t max_nq = 0;
+  if (!set_tile_phases(p, cfg, max_nq)) return 0;
   const int64_t kC = 8 * kNT, sw = p.sw;
-  for (int64_t r = 0; r < p.sh; ++r) cfg.py[r] = to_d2(make_phase_dim(r, p.sh, p.ph, p.dh, p.kh, p.Ho));
-  for (int64_t r = 0; r < sw; ++r) cfg.px[r] = to_d2(make_phase_dim(r, sw, p.pw, p.dw, p.kw, p.Wo));
-  cfg.kstep_y = int(p.sh / gcd64(p.sh, p.dh));
-  cfg.koffs_y = cfg.kstep_y * p.dh / p.sh;
-  cfg.kstep_x = int(sw / gcd64(sw, p.dw));
-  cfg.koffs_x = cfg.kstep_x * p.dw / sw;
   cfg.ld = int((32 * sw + 16 + 7) / 8 * 8);  // staging index 8k of a line's last chunk < ld
   cfg.nchk = int((32 * sw + 14) / 8 + 1);
   auto magic = [](int64_t d) { return uint64_t(((int64_t(1) << 32) + d - 1) / d); };
@@ -397,7 +386,7 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   cfg.nch = int(nch);
   cfg.pix_bytes = int(16 * (nch | 1));
   // Column offsets of the taps, row reach and item-table size.
-  int64_t xmin = 0, xmax = 0, ymax_tap = 0, reach_y = 0, tab = 0, max_nq = 0;
+  int64_t xmin = 0, xmax = 0, ymax_tap = 0, reach_y = 0, tab = 0;
   bool any = false;
   for (int64_t r = 0; r < sw; ++r) {
     const D2Phase& d = cfg.px[r];
@@ -409,7 +398,6 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   }
   for (int64_t r = 0; r < p.sh; ++r) {
     const D2Phase& d = cfg.py[r];
-    max_nq = d.nq > max_nq ? d.nq : max_nq;
     if (d.ntap == 0) continue;
     ymax_tap = d.ntap > ymax_tap ? d.ntap : ymax_tap;
     const int64_t re = (d.ntap - 1) * cfg.koffs_y;
@@ -445,21 +433,9 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   if (const char* e = std::getenv("CONVT2D_DTC_CS")) cfg.cs = e[0] != '0';
   const int64_t smem = layout(qy);
   if (smem > optin) return 0;
-  cfg.qy_tile = int(qy);
   const int64_t units = sw * qy;
   warps = int(units < kDtcWarps ? units : kDtcWarps);
-  cfg.qx_first = p.pw / sw;
-  const int64_t ox_first = cfg.qx_first * sw - p.pw;
-  const int64_t ntx = (p.Wo - ox_first + 32 * sw - 1) / (32 * sw);
-  const int64_t nty = max_nq > 0 ? (max_nq + qy - 1) / qy : 1;
-  const int64_t ncob = (p.cout_g() + kC - 1) / kC;
-  const int64_t nz = p.N * p.groups * ncob;
-  if (ntx * nty * p.sh > 0x7fffffffLL || nz > 0x7fffffffLL - 65535) return 0;
-  cfg.ntx = int(ntx);
-  cfg.nty = int(nty);
-  cfg.ncob = int(ncob);
-  cfg.ngc = int(p.groups * ncob);
-  cfg.nz = int(nz);
+  if (!set_tile_grid(p, qy, max_nq, kC, cfg, cfg.ncob, cfg.ngc, cfg.nz)) return 0;
   return smem;
 }
 
@@ -476,11 +452,6 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
     const int64_t rs = (prm.out.sh < 0 ? -prm.out.sh : prm.out.sh) * p.sh;
     if ((8 * kNT) * sc + cfg.qy_tile * rs + p.Wo + 32 * p.sw + 16 >= (int64_t(1) << 31)) cfg.vec = 0;
   }
-  const int64_t gx = int64_t(cfg.ntx) * cfg.nty * p.sh;
-  int64_t npb = 1;  // samples per block (same weights) while the grid stays large
-  while (npb < 4 && npb < p.N && gx * cfg.ngc * ((p.N + 2 * npb - 1) / (2 * npb)) >= 4096) npb *= 2;
-  const int64_t gy64 = cfg.ngc * ((p.N + npb - 1) / npb);
-  const unsigned gy = unsigned(gy64 < 65535 ? gy64 : 65535);
   // Blocks per SM the registers are capped for: 3 (80 registers) for 16 and 32
   // channels per block (seedD bf16 0.455 -> 0.389 ms; 32 channels spill 20 bytes,
   // seedC 0.421 -> 0.355 ms), 2 for 64 (128 registers; at 3 it spills ~500 bytes).
@@ -492,7 +463,7 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   launched = true;
-  kern<<<dim3(unsigned(gx), gy), 32 * warps, size_t(smem), st>>>(prm, cfg);
+  kern<<<direct_grid(p, cfg, cfg.ngc), 32 * warps, size_t(smem), st>>>(prm, cfg);
   return cudaGetLastError();
 }
 
@@ -528,18 +499,22 @@ static int dtc_ntiles(const Problem& p, DType dt) {
 
 int direct_tc_channels(const Problem& p, DType dt) { return 8 * dtc_ntiles(p, dt); }
 
+// The glue asked direct_tc_channels and packed the weight for that many channels
+// per block (wpk_channels); a launch without a packed weight is not taken.
 cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st, bool& launched) {
   launched = false;
-  const int nt = dtc_ntiles(prm.p, dt);
-  if (nt == 0 || prm.wpk == nullptr || prm.wpk_channels != 8 * nt) return cudaSuccess;
+  if (prm.wpk == nullptr || (dt != DType::kHalf && dt != DType::kBFloat16)) return cudaSuccess;
+  const int nt = prm.wpk_channels / 8;
   if (dt == DType::kHalf) {
     if (nt == 8) return run_dtc<__half, 8>(prm, st, launched);
     if (nt == 4) return run_dtc<__half, 4>(prm, st, launched);
-    return run_dtc<__half, 2>(prm, st, launched);
+    if (nt == 2) return run_dtc<__half, 2>(prm, st, launched);
+    return cudaSuccess;
   }
   if (nt == 8) return run_dtc<__nv_bfloat16, 8>(prm, st, launched);
   if (nt == 4) return run_dtc<__nv_bfloat16, 4>(prm, st, launched);
-  return run_dtc<__nv_bfloat16, 2>(prm, st, launched);
+  if (nt == 2) return run_dtc<__nv_bfloat16, 2>(prm, st, launched);
+  return cudaSuccess;
 }
 
 }  // namespace cuda

@@ -115,8 +115,9 @@ constexpr int kTcWgradTiles = 5;
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
 // Tensor-core direct forward (direct_tc.cu; bf16 / fp16 on compute capability 8.0+).
-// launched = false: not taken (other dtype, shape outside its limits, or
-// CONVT2D_DIRECT_TC=0), nothing launched; launch_direct_forward tries it first.
+// launched = false: not taken (no packed weight prm.wpk, i.e. direct_tc_channels
+// said 0: other dtype, shape outside its limits, or CONVT2D_DIRECT_TC=0), nothing
+// launched; launch_direct_forward tries it first.
 cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st, bool& launched);
 // Output channels per block of the tensor-core direct kernel (16, 32 or 64) for the
 // problem, or 0 when it does not take it; the glue packs DirectParams::wpk for it.

@@ -619,3 +619,61 @@ def test_direct_tc_single_warp_block(nt, monkeypatch):
     for cfg in [Cfg(1, 1, 33, 1, 1, k=1, bias=False), Cfg(2, 3, 70, 1, 5, k=1, bias=True)]:
         x, w, b = cfg.make(torch.bfloat16, "cuda")
         check(x, w, b, cfg.kwargs(), backward=False, what=f"one-warp nt={nt} ")
+
+
+# The patch GEMM (patch_gemm.cu): kernel == stride, no padding, NCHW; one GEMM per (n, group)
+# pixel-shuffled in the epilogue. Shapes: U-Net-like; a K tail (Cin/groups not a multiple of
+# the 32 / 16-channel k-tile) and an N tail (Cout/groups*kh*kw not a multiple of 128);
+# groups; W = 40 (8-wide tiles); W = 200 (two 128-wide column tiles, one partial) with
+# k=4 s=4 (16 taps per channel); kw = 1; 1x1; W = 8 with H = 33 (8 x 16 tiles, rows past the
+# image); N = 1.
+_PATCH_CFGS = [
+    Cfg(2, 64, 32, 8, 16, k=2, stride=2, bias=True),
+    Cfg(3, 40, 24, 5, 24, k=2, stride=2, bias=True),
+    Cfg(2, 48, 40, 6, 40, k=2, stride=2, groups=2, bias=True),
+    Cfg(1, 32, 16, 4, 200, k=4, stride=4, bias=False),
+    Cfg(2, 24, 20, 7, 8, k=(2, 1), stride=(2, 1), bias=True),
+    Cfg(2, 72, 136, 3, 16, k=1, stride=1, bias=True),
+    Cfg(1, 16, 64, 33, 8, k=2, stride=2, bias=False),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-ieee"])
+@pytest.mark.parametrize("cfg", _PATCH_CFGS, ids=lambda c: c.id())
+def test_patch_gemm_kernel(cfg, dtype, monkeypatch):
+    """kernel == stride shapes run the patch GEMM (forced with CONVT2D_KERNEL=patch, which the
+    default also picks for compute-bound ones) and match the float64 reference; the
+    backward (other kernels) too."""
+    monkeypatch.setenv("CONVT2D_KERNEL", "patch")
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+    x, w, b = cfg.make(dt, "cuda")
+    names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+    assert any("patch_gemm_kernel" in n for n in names), (cfg.id(), names)
+    flags = _tf32_off() if dtype == "fp32-ieee" else torch.backends.cudnn.flags(
+        enabled=True, allow_tf32=True)
+    with flags:
+        check(x, w, b, cfg.kwargs(), backward=True, what=f"patch {dtype} ")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_patch_gemm_is_the_default_for_unet_like_shapes(dtype, monkeypatch):
+    """U-Net's k=2 s=2 upsampling (NCHW) runs the patch GEMM by default; channels-last input
+    and padding go elsewhere. An inf input pixel gives inf exactly where torch's does (the
+    K tail is zero on both operands, never x * 0)."""
+    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
+    cfg = Cfg(2, 96, 64, 12, 16, k=2, stride=2, bias=True)
+    x, w, b = cfg.make(dtype, "cuda")
+    names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+    assert any("patch_gemm_kernel" in n for n in names), names
+    xc = x.contiguous(memory_format=torch.channels_last)
+    names = _kernel_names(lambda: convt2d.forward(xc, w, b, **cfg.kwargs()))
+    assert not any("patch_gemm_kernel" in n for n in names), names
+    names = _kernel_names(lambda: convt2d.forward(x, w, b, stride=2, padding=1))
+    assert not any("patch_gemm_kernel" in n for n in names), names
+    x = x.clone()
+    x[1, 5, 3, 7] = float("inf")
+    w = w.abs() + 0.1
+    out = convt2d.forward(x, w, None, stride=2)
+    ref = F.conv_transpose2d(x.double().cpu(), w.double().cpu(), stride=2)
+    assert not out.isnan().any(), "NaN in the output"
+    assert torch.equal(out.isinf().cpu(), ref.isinf()), "inf pattern differs"

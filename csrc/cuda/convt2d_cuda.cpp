@@ -96,7 +96,7 @@ at::Tensor to_channels_last(const at::Tensor& t, cudaStream_t st) {
   return out;
 }
 
-// Kernel override for A/B timing: CONVT2D_KERNEL = tc | v1 | direct.
+// Kernel override for A/B timing: CONVT2D_KERNEL = tc | v1 | direct | patch.
 const char* kernel_override() {
   const char* e = std::getenv("CONVT2D_KERNEL");
   return e ? e : "";
@@ -305,12 +305,30 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     }
     check_launch(cuda::launch_direct_forward(prm, dt, st), "direct forward");
   };
+  // kernel == stride (no padding, dilation 1): one GEMM per (n, group) straight from NCHW,
+  // pixel-shuffled in the epilogue (patch_gemm.cu). false: not taken, nothing launched.
+  auto run_patch = [&]() -> bool {
+    auto w = weight.contiguous();
+    cuda::PatchParams pp;
+    pp.p = p;
+    pp.x = input.data_ptr();
+    pp.out = out.data_ptr();
+    pp.w = w.data_ptr();
+    pp.bias = b.defined() ? b.data_ptr() : nullptr;
+    bool launched = false;
+    check_launch(cuda::launch_patch_gemm(pp, dt, math, st, launched), "patch GEMM forward");
+    return launched;
+  };
+  const bool patch_ok = is_sm80_plus() && dt != DType::kDouble && input.is_contiguous() &&
+                        out.is_contiguous() && cuda::patch_gemm_supported(p, dt);
   const bool direct_ok = cuda::direct_forward_fits(p, dt) && dt != DType::kDouble;
   if (autotune_on()) {
     // 0: direct kernel, 1: implicit GEMM, 2: implicit GEMM on the Hopper
     // warp-specialised kernel (tested for Cout/groups >= 64), 3: the Hopper
-    // halo kernel (where it does not apply, 3 runs what the heuristic picks).
+    // halo kernel (where it does not apply, 3 runs what the heuristic picks), 4: the
+    // patch GEMM (kernel == stride, NCHW).
     std::vector<int> cands;
+    if (patch_ok) cands.push_back(4);
     if (direct_ok) cands.push_back(0);
     if (is_sm80_plus() && dt != DType::kDouble) {
       cands.push_back(1);
@@ -321,7 +339,9 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     }
     auto run = [&](int c) {
       if (c == 0) run_direct();
-      else run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st, c - 1);
+      else if (c == 4 && run_patch()) return;
+      else run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st,
+                     c == 4 ? -1 : c - 1);
     };
     const int c = autotune(tune_key("fwd", p, dt, math, input, b.defined()), cands, run, st);
     if (c >= 0) {
@@ -336,11 +356,15 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   const char* ko = kernel_override();
   bool memory_bound = p.cout_g() < 32 || k_per_output < 64 || !is_sm80_plus();
   if (std::strcmp(ko, "direct") == 0) memory_bound = true;
+  if (std::strcmp(ko, "patch") == 0) memory_bound = false;
   if (std::strcmp(ko, "tc") == 0 || std::strcmp(ko, "v1") == 0) memory_bound = false;
   if (memory_bound && direct_ok) {
     run_direct();
     return out;
   }
+  // Compute-bound kernel == stride shapes (U-Net's k=2 s=2): the patch GEMM, unless an
+  // override names another kernel (CONVT2D_KERNEL=tc: the per-phase implicit GEMM).
+  if (patch_ok && (!*ko || std::strcmp(ko, "patch") == 0) && run_patch()) return out;
   run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st);
   return out;
 }

@@ -88,6 +88,18 @@ struct DirectParams {
   int wpk_channels = 0;
 };
 
+// Forward for kernel == stride, no padding / output padding, dilation 1 (patch_gemm.cu):
+// per (n, group) one GEMM C[h*W + w][(co*kh + ky)*kw + kx] = x[ci][h*W + w] . w[ci][...]
+// read straight from NCHW x and the unpacked weight, pixel-shuffled in the epilogue
+// into NCHW out. x, out, w contiguous (NCHW / [Cin][Cog][kh][kw]).
+struct PatchParams {
+  Problem p;
+  const void* x = nullptr;
+  void* out = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;  // [Cout] or nullptr
+};
+
 // Launchers: return cudaSuccess or the launch error.
 cudaError_t launch_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
 // Tensor-core v2 (tc_igemm.cu): src read channels-last (src.sc == 1), wpk
@@ -114,6 +126,13 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
 constexpr int kTcWgradTiles = 5;
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
+// Shape conditions of the patch GEMM (bf16 / fp16 / fp32; compute capability 8.0+):
+// kh == sh and kw == sw (powers of two, kh*kw <= 128), dilation 1, no padding or output
+// padding, W and Cout/groups*kh*kw whole 16-byte chunks.
+bool patch_gemm_supported(const Problem& p, DType dt);
+// launched = false: not taken (shape, alignment or grid limits), nothing launched.
+cudaError_t launch_patch_gemm(const PatchParams& prm, DType dt, MathMode math, cudaStream_t st,
+                              bool& launched);
 // Tensor-core direct forward (direct_tc.cu; bf16 / fp16 on compute capability 8.0+).
 // launched = false: not taken (no packed weight prm.wpk, i.e. direct_tc_channels
 // said 0: other dtype, shape outside its limits, or CONVT2D_DIRECT_TC=0), nothing

@@ -1,0 +1,355 @@
+// Forward for kernel == stride (non-overlapping patches: U-Net / decoder k=2 s=2
+// upsampling, k=4 s=4, 1x1), NCHW in and out, on mma.sync tensor cores, with no
+// layout copies and no weight packing.
+//
+// With kh == sh, kw == sw, dilation 1 (or a single tap), no padding and no output
+// padding, every output pixel receives exactly one tap:
+//   out[n, g*Cog + co, h*kh + ky, w*kw + kx] =
+//       bias[g*Cog + co] + sum_ci x[n, g*Cig + ci, h, w] * wt[g*Cig + ci, co, ky, kx]
+// so per (n, g) the whole forward is ONE GEMM (not one per stride phase):
+//   C[m = h*W + w][j = (co*kh + ky)*kw + kx] = sum_ci A[ci][m] * B[ci][j]
+// with A = x's [Cig][H*W] planes (M contiguous) and B = the weight's own
+// [Cig][Cog*kh*kw] rows (N contiguous). Both operands are "MN-major": ldmatrix.trans
+// gives the 16-bit mma fragments from them, scalar shared loads the tf32 ones.
+// The pixel shuffle (j -> (co, ky, kx)) happens in the epilogue, which is where
+// the per-phase kernels lose: their phase rows are stride-2 scatters.
+//
+// Tile: BM = 128 pixels as R image rows x TW columns (TW a power of two, 8..128,
+// chosen on the host to waste the least), BN = 128 GEMM columns (BN % (kh*kw) == 0,
+// so a tile holds whole output channels), BK = 64 bytes of channels per stage,
+// 3-stage cp.async pipeline into XOR-swizzled shared memory, 8 warps as 2 (M) x 4 (N)
+// with 64 x 32 warp tiles. Epilogue: acc + bias, converted, staged as C[j][m] in
+// shared memory; then each output line (co, ky, tile row r) is TW*kw contiguous
+// output elements, written with 16-byte stores (whole chunks: W % 16B-chunk == 0).
+// fp32: tf32 m16n8k8 (TF32 on) or 3xTF32 (TF32 off, SplitMma of ptx.cuh).
+#include "cuda/kernels.h"
+#include "cuda/mma_core.cuh"
+#include "cuda/ptx.cuh"
+
+namespace convt2d {
+namespace cuda {
+namespace {
+
+constexpr int kPgBM = 128, kPgBN = 128, kPgStages = 3, kPgThreads = 256;
+
+template <typename T>
+struct PgTraits {
+  static constexpr int kE = 16 / int(sizeof(T));     // elements per 16-byte chunk
+  static constexpr int kLgE = sizeof(T) == 2 ? 3 : 2;
+  static constexpr int BK = 64 / int(sizeof(T));     // channels per stage (32 / 16)
+  static constexpr int KS = 2;                       // mma k-steps per stage (k16 / k8)
+  static constexpr int RB = kPgBM * int(sizeof(T));  // bytes per smem row (A and B: BM == BN)
+  static constexpr int kStage = 2 * BK * RB;         // A + B bytes per stage (16 KB)
+  static constexpr int LDC = kPgBM + kE;             // C staging pitch (elements)
+  static constexpr int kSmem = kPgStages * kStage > kPgBN * LDC * int(sizeof(T))
+                                   ? kPgStages * kStage
+                                   : kPgBN * LDC * int(sizeof(T));
+  // Swizzle of the 16-byte chunk index of smem row k: 16-bit ldmatrix reads 8
+  // consecutive rows at one logical chunk; tf32 lane reads are 4 rows x 2 chunks.
+  static __device__ __forceinline__ int swz(int k) {
+    return sizeof(T) == 2 ? (k & 7) : ((k & 3) << 1);
+  }
+};
+
+struct PgCfg {
+  const void* x;
+  void* out;
+  const void* w;
+  const void* bias;
+  int Cin, Cig, Cog, Cout, H, W, Ho, Wo, G;
+  int NJ;            // Cog * kh * kw (GEMM N per group)
+  int lg_kh, lg_kw;  // kh, kw are powers of two
+  int lg_tw;         // tile width TW = 1 << lg_tw, R = 128 / TW rows
+  int tiles_w;       // column tiles per image
+  int KT;            // k-tiles: ceil(Cig / BK)
+};
+
+template <typename T, bool kSplit>
+__global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(const PgCfg c) {
+  using Tr = PgTraits<T>;
+  constexpr int kE = Tr::kE, BK = Tr::BK, RB = Tr::RB;
+  constexpr int MI = 4, NI = 4;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sbase = uint32_t(__cvta_generic_to_shared(smem));
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 2, wn = warp & 3;
+  const int TW = 1 << c.lg_tw, lgR = 7 - c.lg_tw;
+  const int j0 = blockIdx.x * kPgBN;
+  const int th = blockIdx.y / c.tiles_w;
+  const int h0 = th << lgR, w0 = (blockIdx.y - th * c.tiles_w) << c.lg_tw;
+  const int n = blockIdx.z / c.G, g = blockIdx.z - n * c.G;
+  const int64_t HW = int64_t(c.H) * c.W;
+  const T* xg = static_cast<const T*>(c.x) + (int64_t(n) * c.Cin + int64_t(g) * c.Cig) * HW;
+  const T* wg = static_cast<const T*>(c.w) + int64_t(g) * c.Cig * c.NJ;
+
+  // ---- loader: per stage 512 16-byte chunks of A and 512 of B, two each per thread
+  constexpr int kCh = kPgBM / kE;  // chunks per smem row
+  const T* a_src[2];
+  const T* b_src[2];
+  uint32_t a_dst[2], b_dst[2];
+  int a_k[2], b_k[2];
+  bool a_ok[2], b_ok[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int q = tid + i * kPgThreads;
+    const int k = q / kCh, ch = q % kCh;
+    const int m = ch * kE;
+    const int h = h0 + (m >> c.lg_tw), w = w0 + (m & (TW - 1));
+    a_k[i] = k;
+    a_ok[i] = h < c.H && w < c.W;
+    a_src[i] = xg + int64_t(k) * HW + (a_ok[i] ? int64_t(h) * c.W + w : 0);
+    a_dst[i] = uint32_t(k * RB + ((ch ^ Tr::swz(k)) << 4));
+    const int j = j0 + ch * kE;
+    b_k[i] = k;
+    b_ok[i] = j < c.NJ;
+    b_src[i] = wg + int64_t(k) * c.NJ + (b_ok[i] ? j : 0);
+    b_dst[i] = uint32_t(BK * RB + k * RB + ((ch ^ Tr::swz(k)) << 4));
+  }
+  auto load_stage = [&](int stage, int kt) {
+    const uint32_t s = sbase + stage * Tr::kStage;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const bool ka = a_ok[i] && kt * BK + a_k[i] < c.Cig;
+      cp_async16(s + a_dst[i], ka ? a_src[i] + int64_t(kt) * BK * HW : xg, ka ? 16 : 0);
+      const bool kb = b_ok[i] && kt * BK + b_k[i] < c.Cig;
+      cp_async16(s + b_dst[i], kb ? b_src[i] + int64_t(kt) * BK * c.NJ : wg, kb ? 16 : 0);
+    }
+  };
+
+  // ---- per-lane fragment offsets (bytes inside a stage; see the swizzle notes)
+  // 16-bit: A x4.trans rows k = ks*16 + (lane&7) + ((lane>>4)&1)*8, chunk
+  //   wm*8 + 2i + ((lane>>3)&1); B x4.trans rows k = ks*16 + (lane&7) +
+  //   ((lane>>3)&1)*8, chunk wn*4 + 2jp + (lane>>4). The XOR of the swizzle
+  //   commutes with the carry-free +2i / +2jp, so one base per lane suffices.
+  // tf32: A a0..a3 = (k = ks*8 + t [+4], m = wm*64 + 16i + gq [+8]); B b0, b1 =
+  //   (k = ks*8 + t [+4], n = wn*32 + 8j + gq); t = lane&3, gq = lane>>2.
+  uint32_t a_off, b_off, a_off8 = 0;
+  if constexpr (sizeof(T) == 2) {
+    const int s = lane & 7;
+    a_off = uint32_t(((lane & 7) + ((lane >> 4) & 1) * 8) * RB +
+                     (((wm * 8 + ((lane >> 3) & 1)) ^ s) << 4));
+    b_off = uint32_t(BK * RB + ((lane & 7) + ((lane >> 3) & 1) * 8) * RB +
+                     (((wn * 4 + (lane >> 4)) ^ s) << 4));
+  } else {
+    const int t = lane & 3, gq = lane >> 2, s = t << 1;
+    a_off = uint32_t(t * RB + (((wm * 16 + (gq >> 2)) ^ s) << 4) + (gq & 3) * 4);
+    a_off8 = uint32_t(t * RB + (((wm * 16 + (gq >> 2) + 2) ^ s) << 4) + (gq & 3) * 4);
+    b_off = uint32_t(BK * RB + t * RB + (((wn * 8 + (gq >> 2)) ^ s) << 4) + (gq & 3) * 4);
+  }
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < kPgStages - 1; ++s) {
+    if (s < c.KT) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < c.KT; ++kt) {
+    cp_async_wait<kPgStages - 2>();
+    __syncthreads();
+    {
+      const int nk = kt + kPgStages - 1;
+      if (nk < c.KT) load_stage(nk % kPgStages, nk);
+      cp_async_commit();
+    }
+    const uint32_t st = sbase + (kt % kPgStages) * Tr::kStage;
+    SplitMma<T, kSplit, MI, NI> sm;
+    sm.begin_tile();
+#pragma unroll
+    for (int ks = 0; ks < Tr::KS; ++ks) {
+      uint32_t bfr[NI][2], bs[NI][2];
+      if constexpr (sizeof(T) == 2) {
+#pragma unroll
+        for (int jp = 0; jp < NI / 2; ++jp) {
+          uint32_t r[4];
+          ldmatrix_x4_trans(r, st + ((b_off + ks * 16 * RB) ^ (jp << 5)));
+          bfr[2 * jp][0] = r[0]; bfr[2 * jp][1] = r[1];
+          bfr[2 * jp + 1][0] = r[2]; bfr[2 * jp + 1][1] = r[3];
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+          const uint32_t o = st + ((b_off + ks * 8 * RB) ^ (j << 5));
+          bfr[j][0] = lds32(o);
+          bfr[j][1] = lds32(o + 4 * RB);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) sm.operand(bfr[j][e], bs[j][e]);
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        uint32_t af[4], as[4];
+        if constexpr (sizeof(T) == 2) {
+          ldmatrix_x4_trans(af, st + ((a_off + ks * 16 * RB) ^ (i << 5)));
+        } else {
+          const uint32_t o0 = st + ((a_off + ks * 8 * RB) ^ (i << 6));
+          const uint32_t o8 = st + ((a_off8 + ks * 8 * RB) ^ (i << 6));
+          af[0] = lds32(o0);
+          af[1] = lds32(o8);
+          af[2] = lds32(o0 + 4 * RB);
+          af[3] = lds32(o8 + 4 * RB);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sm.operand(af[e], as[e]);
+#pragma unroll
+        for (int j = 0; j < NI; ++j) sm.mma(acc, i, j, af, as, bfr[j], bs[j]);
+      }
+    }
+    sm.end_tile(acc);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // ---- epilogue 1: acc + bias -> T, staged as C[j][m] (pitch LDC)
+  T* sC = reinterpret_cast<T*>(smem);
+  const int lg_kk = c.lg_kh + c.lg_kw;
+  {
+    const int t = lane & 3, gq = lane >> 2;
+    const T* bias = static_cast<const T*>(c.bias);
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      float bv[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int jj = j0 + wn * 32 + j * 8 + 2 * t + e;
+        bv[e] = (bias != nullptr && jj < c.NJ)
+                    ? Cvt<T>::to_acc(bias[int64_t(g) * c.Cog + (jj >> lg_kk)])
+                    : 0.f;
+      }
+      const int nn = wn * 32 + j * 8 + 2 * t;
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int m = wm * 64 + i * 16 + gq;
+        sC[nn * Tr::LDC + m] = Cvt<T>::from_acc(acc[i][j][0] + bv[0]);
+        sC[(nn + 1) * Tr::LDC + m] = Cvt<T>::from_acc(acc[i][j][1] + bv[1]);
+        sC[nn * Tr::LDC + m + 8] = Cvt<T>::from_acc(acc[i][j][2] + bv[0]);
+        sC[(nn + 1) * Tr::LDC + m + 8] = Cvt<T>::from_acc(acc[i][j][3] + bv[1]);
+      }
+    }
+  }
+  __syncthreads();
+
+  // ---- epilogue 2: output lines (jrow = co_l*kh + ky, tile row r), each TW*kw
+  // contiguous elements starting 16-byte aligned; item = one 16-byte chunk.
+  const int kw = 1 << c.lg_kw;
+  const int lg_cpl = c.lg_tw + c.lg_kw - Tr::kLgE;  // chunks per line (TW >= 8 >= kE)
+  const int co_base = j0 >> lg_kk;
+  T* outg = static_cast<T*>(c.out);
+  constexpr int kItems = kPgBN * kPgBM / kE;
+#pragma unroll 2
+  for (int f = tid; f < kItems; f += kPgThreads) {
+    const int ch = f & ((1 << lg_cpl) - 1);
+    const int rest = f >> lg_cpl;
+    const int r = rest & ((1 << lgR) - 1);
+    const int jrow = rest >> lgR;
+    const int co = co_base + (jrow >> c.lg_kh);
+    const int ky = jrow & ((1 << c.lg_kh) - 1);
+    const int h = h0 + r;
+    const int ox0 = ch * kE;  // inside the line
+    if (co >= c.Cog || h >= c.H || w0 + (ox0 >> c.lg_kw) >= c.W) continue;
+    union {
+      uint4 v;
+      T e[kE];
+    } u;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const int oxl = ox0 + e;
+      const int m = (r << c.lg_tw) + (oxl >> c.lg_kw);
+      const int nn = (jrow << c.lg_kw) + (oxl & (kw - 1));
+      u.e[e] = sC[nn * Tr::LDC + m];
+    }
+    const int64_t orow = (int64_t(n) * c.Cout + int64_t(g) * c.Cog + co) * c.Ho +
+                         (int64_t(h) << c.lg_kh) + ky;
+    *reinterpret_cast<uint4*>(outg + orow * c.Wo + (int64_t(w0) << c.lg_kw) + ox0) = u.v;
+  }
+}
+
+int ilog2_exact(int64_t v) {  // log2 of a power of two, else -1
+  if (v <= 0 || (v & (v - 1)) != 0) return -1;
+  int l = 0;
+  while ((int64_t(1) << l) < v) ++l;
+  return l;
+}
+
+template <typename T, bool kSplit>
+cudaError_t launch_t(const PgCfg& c, dim3 grid, cudaStream_t st) {
+  using Tr = PgTraits<T>;
+  auto kern = patch_gemm_kernel<T, kSplit>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmem);
+  if (e != cudaSuccess) return e;
+  kern<<<grid, kPgThreads, Tr::kSmem, st>>>(c);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool patch_gemm_supported(const Problem& p, DType dt) {
+  if (dt != DType::kFloat && dt != DType::kHalf && dt != DType::kBFloat16) return false;
+  if (p.kh != p.sh || p.kw != p.sw) return false;
+  if ((p.kh > 1 && p.dh != 1) || (p.kw > 1 && p.dw != 1)) return false;
+  if (p.ph != 0 || p.pw != 0 || p.oph != 0 || p.opw != 0) return false;
+  const int64_t kk = p.kh * p.kw;
+  if (ilog2_exact(p.kh) < 0 || ilog2_exact(p.kw) < 0 || kPgBN % kk != 0) return false;
+  const int64_t ke = dt == DType::kFloat ? 4 : 8;
+  if (p.W % ke != 0 || (p.cout_g() * kk) % ke != 0) return false;
+  if (p.N <= 0 || p.cin_g() <= 0 || p.cout_g() <= 0 || p.H <= 0) return false;
+  // 32-bit sizes in the kernel; grid y (pixel tiles) and z (images x groups) limits
+  const int64_t lim = int64_t(1) << 30;
+  if (p.H >= lim || p.W >= lim || p.Ho >= lim || p.Wo >= lim || p.Cin >= lim || p.Cout >= lim ||
+      p.cout_g() * kk >= lim)
+    return false;
+  if (p.N * p.groups > 65535 || (p.H * p.W + kPgBM - 1) / kPgBM > 65535 * 4) return false;
+  return true;
+}
+
+cudaError_t launch_patch_gemm(const PatchParams& prm, DType dt, MathMode math, cudaStream_t st,
+                              bool& launched) {
+  launched = false;
+  const Problem& p = prm.p;
+  if (!patch_gemm_supported(p, dt)) return cudaSuccess;
+  for (const void* ptr : {prm.x, static_cast<const void*>(prm.out), prm.w})
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return cudaSuccess;
+  PgCfg c;
+  c.x = prm.x; c.out = prm.out; c.w = prm.w; c.bias = prm.bias;
+  c.Cin = int(p.Cin); c.Cig = int(p.cin_g()); c.Cog = int(p.cout_g()); c.Cout = int(p.Cout);
+  c.H = int(p.H); c.W = int(p.W); c.Ho = int(p.Ho); c.Wo = int(p.Wo); c.G = int(p.groups);
+  c.NJ = int(p.cout_g() * p.kh * p.kw);
+  c.lg_kh = ilog2_exact(p.kh);
+  c.lg_kw = ilog2_exact(p.kw);
+  // Tile width: the power of two in [8, 128] whose R x TW tiles cover the image with
+  // the fewest pixels (ties: the wider tile, for longer output lines).
+  int best_lg = 7;
+  int64_t best_area = -1;
+  for (int lg = 7; lg >= 3; --lg) {
+    const int64_t tw = int64_t(1) << lg, r = kPgBM / tw;
+    const int64_t area = ((p.W + tw - 1) / tw) * ((p.H + r - 1) / r);
+    if (best_area < 0 || area < best_area) { best_area = area; best_lg = lg; }
+  }
+  c.lg_tw = best_lg;
+  const int64_t tw = int64_t(1) << best_lg, r = kPgBM / tw;
+  c.tiles_w = int((p.W + tw - 1) / tw);
+  const int64_t tiles = c.tiles_w * ((p.H + r - 1) / r);
+  if (tiles > 65535) return cudaSuccess;
+  const int bk = dt == DType::kFloat ? PgTraits<float>::BK : PgTraits<__half>::BK;
+  c.KT = int((p.cin_g() + bk - 1) / bk);
+  const dim3 grid(unsigned((c.NJ + kPgBN - 1) / kPgBN), unsigned(tiles), unsigned(p.N * p.groups));
+  launched = true;
+  switch (dt) {
+    case DType::kHalf: return launch_t<__half, false>(c, grid, st);
+    case DType::kBFloat16: return launch_t<__nv_bfloat16, false>(c, grid, st);
+    default:
+      return math == MathMode::kIEEE ? launch_t<float, true>(c, grid, st)
+                                     : launch_t<float, false>(c, grid, st);
+  }
+}
+
+}  // namespace cuda
+}  // namespace convt2d

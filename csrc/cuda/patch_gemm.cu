@@ -18,9 +18,10 @@
 // chosen on the host to waste the least), BN = 128 GEMM columns (BN % (kh*kw) == 0,
 // so a tile holds whole output channels), BK = 64 bytes of channels per stage,
 // 3-stage cp.async pipeline into XOR-swizzled shared memory, 8 warps as 2 (M) x 4 (N)
-// with 64 x 32 warp tiles. Epilogue: acc + bias, converted, staged as C[j][m] in
-// shared memory; then each output line (co, ky, tile row r) is TW*kw contiguous
-// output elements, written with 16-byte stores (whole chunks: W % 16B-chunk == 0).
+// with 64 x 32 warp tiles. Epilogue: acc + bias, converted, staged in shared memory
+// in output order (per output channel and tap row, the tile's pixels times kw), then
+// copied out with 16-byte loads and stores: each output line (co, ky, tile row r) is
+// TW*kw contiguous output elements (whole 16-byte chunks: W % chunk == 0).
 // fp32: tf32 m16n8k8 (TF32 on) or 3xTF32 (TF32 off, SplitMma of ptx.cuh).
 #include "cuda/kernels.h"
 #include "cuda/mma_core.cuh"
@@ -40,10 +41,12 @@ struct PgTraits {
   static constexpr int KS = 2;                       // mma k-steps per stage (k16 / k8)
   static constexpr int RB = kPgBM * int(sizeof(T));  // bytes per smem row (A and B: BM == BN)
   static constexpr int kStage = 2 * BK * RB;         // A + B bytes per stage (16 KB)
-  static constexpr int LDC = kPgBM + kE;             // C staging pitch (elements)
-  static constexpr int kSmem = kPgStages * kStage > kPgBN * LDC * int(sizeof(T))
-                                   ? kPgStages * kStage
-                                   : kPgBN * LDC * int(sizeof(T));
+  // Epilogue staging, in output order: per GEMM-column row jrow = co*kh + ky
+  // (BN / kw of them) the tile's line elements (m, kx) at m*kw + kx, pitch
+  // BM*kw + kPad elements (kPad: 32 bytes, so the pitch is 8 words mod 32 banks).
+  static constexpr int kPad = 32 / int(sizeof(T));
+  static constexpr int kStageC = (kPgBN * kPgBM + kPgBN * kPad) * int(sizeof(T));  // kw = 1 worst
+  static constexpr int kSmem = kPgStages * kStage > kStageC ? kPgStages * kStage : kStageC;
   // Swizzle of the 16-byte chunk index of smem row k: 16-bit ldmatrix reads 8
   // consecutive rows at one logical chunk; tf32 lane reads are 4 rows x 2 chunks.
   static __device__ __forceinline__ int swz(int k) {
@@ -105,14 +108,18 @@ __global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(
     b_src[i] = wg + int64_t(k) * c.NJ + (b_ok[i] ? j : 0);
     b_dst[i] = uint32_t(BK * RB + k * RB + ((ch ^ Tr::swz(k)) << 4));
   }
+  // Called for kt = 0, 1, 2, ... in order: the source pointers step by BK channels.
+  const int64_t a_step = int64_t(BK) * HW, b_step = int64_t(BK) * c.NJ;
   auto load_stage = [&](int stage, int kt) {
     const uint32_t s = sbase + stage * Tr::kStage;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const bool ka = a_ok[i] && kt * BK + a_k[i] < c.Cig;
-      cp_async16(s + a_dst[i], ka ? a_src[i] + int64_t(kt) * BK * HW : xg, ka ? 16 : 0);
+      cp_async16(s + a_dst[i], ka ? a_src[i] : xg, ka ? 16 : 0);
+      a_src[i] += a_step;
       const bool kb = b_ok[i] && kt * BK + b_k[i] < c.Cig;
-      cp_async16(s + b_dst[i], kb ? b_src[i] + int64_t(kt) * BK * c.NJ : wg, kb ? 16 : 0);
+      cp_async16(s + b_dst[i], kb ? b_src[i] : wg, kb ? 16 : 0);
+      b_src[i] += b_step;
     }
   };
 
@@ -208,67 +215,63 @@ __global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(
   cp_async_wait<0>();
   __syncthreads();
 
-  // ---- epilogue 1: acc + bias -> T, staged as C[j][m] (pitch LDC)
+  // ---- epilogue 1: acc + bias -> T, staged in output order: element (m, n) of the
+  // tile (n = jrow*kw + kx) at jrow*ld2 + m*kw + kx.
   T* sC = reinterpret_cast<T*>(smem);
   const int lg_kk = c.lg_kh + c.lg_kw;
+  const int kw = 1 << c.lg_kw;
+  const int ld2 = (kPgBM << c.lg_kw) + Tr::kPad;
   {
     const int t = lane & 3, gq = lane >> 2;
     const T* bias = static_cast<const T*>(c.bias);
+    const int m_base = (wm * 64 + gq) << c.lg_kw;
+    const int m8 = 8 << c.lg_kw;
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       float bv[2];
+      int fn[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int jj = j0 + wn * 32 + j * 8 + 2 * t + e;
+        const int nn = wn * 32 + j * 8 + 2 * t + e;
+        const int jj = j0 + nn;
         bv[e] = (bias != nullptr && jj < c.NJ)
                     ? Cvt<T>::to_acc(bias[int64_t(g) * c.Cog + (jj >> lg_kk)])
                     : 0.f;
+        fn[e] = (nn >> c.lg_kw) * ld2 + (nn & (kw - 1)) + m_base;
       }
-      const int nn = wn * 32 + j * 8 + 2 * t;
 #pragma unroll
       for (int i = 0; i < MI; ++i) {
-        const int m = wm * 64 + i * 16 + gq;
-        sC[nn * Tr::LDC + m] = Cvt<T>::from_acc(acc[i][j][0] + bv[0]);
-        sC[(nn + 1) * Tr::LDC + m] = Cvt<T>::from_acc(acc[i][j][1] + bv[1]);
-        sC[nn * Tr::LDC + m + 8] = Cvt<T>::from_acc(acc[i][j][2] + bv[0]);
-        sC[(nn + 1) * Tr::LDC + m + 8] = Cvt<T>::from_acc(acc[i][j][3] + bv[1]);
+        const int mo = (i * 16) << c.lg_kw;
+        sC[fn[0] + mo] = Cvt<T>::from_acc(acc[i][j][0] + bv[0]);
+        sC[fn[1] + mo] = Cvt<T>::from_acc(acc[i][j][1] + bv[1]);
+        sC[fn[0] + mo + m8] = Cvt<T>::from_acc(acc[i][j][2] + bv[0]);
+        sC[fn[1] + mo + m8] = Cvt<T>::from_acc(acc[i][j][3] + bv[1]);
       }
     }
   }
   __syncthreads();
 
-  // ---- epilogue 2: output lines (jrow = co_l*kh + ky, tile row r), each TW*kw
-  // contiguous elements starting 16-byte aligned; item = one 16-byte chunk.
-  const int kw = 1 << c.lg_kw;
-  const int lg_cpl = c.lg_tw + c.lg_kw - Tr::kLgE;  // chunks per line (TW >= 8 >= kE)
+  // ---- epilogue 2: 16-byte chunks of the staged rows to the output lines. Row jrow
+  // holds R lines (tile rows r) of TW*kw elements, each one output row segment.
+  const int lg_ipj = 7 + c.lg_kw - Tr::kLgE;       // chunks per staged row
+  const int lg_line = c.lg_tw + c.lg_kw;           // elements per line
   const int co_base = j0 >> lg_kk;
   T* outg = static_cast<T*>(c.out);
+  const int64_t out_img = (int64_t(n) * c.Cout + int64_t(g) * c.Cog) * c.Ho;
   constexpr int kItems = kPgBN * kPgBM / kE;
-#pragma unroll 2
+#pragma unroll 4
   for (int f = tid; f < kItems; f += kPgThreads) {
-    const int ch = f & ((1 << lg_cpl) - 1);
-    const int rest = f >> lg_cpl;
-    const int r = rest & ((1 << lgR) - 1);
-    const int jrow = rest >> lgR;
+    const int jrow = f >> lg_ipj;
+    const int q = (f & ((1 << lg_ipj) - 1)) * kE;  // element in the staged row
+    const int r = q >> lg_line;
+    const int oxl = q & ((1 << lg_line) - 1);
     const int co = co_base + (jrow >> c.lg_kh);
-    const int ky = jrow & ((1 << c.lg_kh) - 1);
     const int h = h0 + r;
-    const int ox0 = ch * kE;  // inside the line
-    if (co >= c.Cog || h >= c.H || w0 + (ox0 >> c.lg_kw) >= c.W) continue;
-    union {
-      uint4 v;
-      T e[kE];
-    } u;
-#pragma unroll
-    for (int e = 0; e < kE; ++e) {
-      const int oxl = ox0 + e;
-      const int m = (r << c.lg_tw) + (oxl >> c.lg_kw);
-      const int nn = (jrow << c.lg_kw) + (oxl & (kw - 1));
-      u.e[e] = sC[nn * Tr::LDC + m];
-    }
-    const int64_t orow = (int64_t(n) * c.Cout + int64_t(g) * c.Cog + co) * c.Ho +
-                         (int64_t(h) << c.lg_kh) + ky;
-    *reinterpret_cast<uint4*>(outg + orow * c.Wo + (int64_t(w0) << c.lg_kw) + ox0) = u.v;
+    if (co >= c.Cog || h >= c.H || w0 + (oxl >> c.lg_kw) >= c.W) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(sC + jrow * ld2 + q);
+    const int64_t orow = out_img + int64_t(co) * c.Ho + (int64_t(h) << c.lg_kh) +
+                         (jrow & ((1 << c.lg_kh) - 1));
+    *reinterpret_cast<uint4*>(outg + orow * c.Wo + (int64_t(w0) << c.lg_kw) + oxl) = v;
   }
 }
 

@@ -677,3 +677,16 @@ def test_patch_gemm_is_the_default_for_unet_like_shapes(dtype, monkeypatch):
     ref = F.conv_transpose2d(x.double().cpu(), w.double().cpu(), stride=2)
     assert not out.isnan().any(), "NaN in the output"
     assert torch.equal(out.isinf().cpu(), ref.isinf()), "inf pattern differs"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_channels_last_copy_odd_pixel_counts(dtype):
+    """The backward's channels-last copies of x and grad_output with an odd H*W and C % 4 == 0
+    (layout.cu's 4-channel-vector kernel; seedD's grad_output is 257 x 766), several pixel
+    and channel tiles, partial ones at both ends."""
+    for cfg in [Cfg(2, 16, 12, 9, 11, k=3, stride=2, padding=1),
+                Cfg(1, 68, 72, 13, 7, k=(3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1),
+                    groups=4, bias=False)]:
+        x, w, b = cfg.make(dtype, "cuda")
+        with _tf32_off():
+            check(x, w, b, cfg.kwargs(), backward=True, what=f"{cfg.id()} ")

@@ -39,6 +39,47 @@ template <typename U> struct Vec4;
 template <> struct Vec4<uint16_t> { using type = uint2; };
 template <> struct Vec4<uint32_t> { using type = uint4; };
 
+// Any H*W (e.g. odd: seedD's grad_output, 257 x 766), C % 4 == 0: scalar reads along
+// pixels (a channel row's start is not vector-aligned), 4-channel vector writes; the 16
+// reads per thread unrolled with pointer steps (the generic kernel above spent its issue
+// slots on 64-bit index math: 1.4 TB/s on seedD's 0.8 GB).
+template <typename U>
+__global__ void __launch_bounds__(256) nchw_to_nhwc_c4_kernel(const U* __restrict__ src,
+                                                              U* __restrict__ dst, int64_t C,
+                                                              int64_t HW) {
+  using V = typename Vec4<U>::type;
+  __shared__ U tile[kTile][kTile + 2];
+  const int64_t n = blockIdx.z;
+  const int64_t p0 = int64_t(blockIdx.x) * kTile, c0 = int64_t(blockIdx.y) * kTile;
+  const int pr = int(HW - p0 < kTile ? HW - p0 : kTile);
+  const int cr = int(C - c0 < kTile ? C - c0 : kTile);  // a multiple of 4
+  const int q = threadIdx.x & (kTile - 1), cb = threadIdx.x >> 6;  // 4 channel rows per pass
+  const U* s = src + (n * C + c0 + cb) * HW + p0 + q;
+  const int64_t step = 4 * HW;
+  U v[kTile / 4];
+#pragma unroll
+  for (int it = 0; it < kTile / 4; ++it) {
+    const int c = cb + 4 * it;
+    v[it] = (q < pr && c < cr) ? s[it * step] : U(0);
+  }
+#pragma unroll
+  for (int it = 0; it < kTile / 4; ++it) tile[cb + 4 * it][q] = v[it];
+  __syncthreads();
+  U* d = dst + (n * HW + p0) * C + c0;
+  constexpr int VPR = kTile / 4;
+#pragma unroll
+  for (int it = 0; it < kTile * VPR / 256; ++it) {
+    const int i = threadIdx.x + it * 256;
+    const int qq = i / VPR, c = (i % VPR) * 4;  // lanes along channels
+    if (c < cr && qq < pr) {
+      union { V v; U e[4]; } u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) u.e[j] = tile[c + j][qq];
+      *reinterpret_cast<V*>(d + int64_t(qq) * C + c) = u.v;
+    }
+  }
+}
+
 template <typename U>
 __global__ void __launch_bounds__(256) nchw_to_nhwc_vec_kernel(const U* __restrict__ src,
                                                                U* __restrict__ dst, int64_t C,
@@ -87,6 +128,11 @@ cudaError_t run(const void* src, void* dst, int64_t N, int64_t C, int64_t HW, cu
         reinterpret_cast<uintptr_t>(dst) % va == 0) {
       nchw_to_nhwc_vec_kernel<U><<<grid, 256, 0, st>>>(static_cast<const U*>(src),
                                                         static_cast<U*>(dst), C, HW);
+      return cudaGetLastError();
+    }
+    if (C % 4 == 0 && reinterpret_cast<uintptr_t>(dst) % va == 0) {
+      nchw_to_nhwc_c4_kernel<U><<<grid, 256, 0, st>>>(static_cast<const U*>(src),
+                                                       static_cast<U*>(dst), C, HW);
       return cudaGetLastError();
     }
   }

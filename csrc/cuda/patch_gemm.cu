@@ -16,7 +16,7 @@
 //
 // Tile: BM = 128 pixels as R image rows x TW columns (TW a power of two, 8..128,
 // chosen on the host to waste the least), BN = 128 GEMM columns (BN % (kh*kw) == 0,
-// so a tile holds whole output channels), BK = 64 bytes of channels per stage,
+// so a tile holds whole output channels), BK = 32 channels per stage,
 // 3-stage cp.async pipeline into XOR-swizzled shared memory, 8 warps as 2 (M) x 4 (N)
 // with 64 x 32 warp tiles. Epilogue: acc + bias, converted, staged in shared memory
 // in output order (per output channel and tap row, the tile's pixels times kw), then
@@ -37,10 +37,11 @@ template <typename T>
 struct PgTraits {
   static constexpr int kE = 16 / int(sizeof(T));     // elements per 16-byte chunk
   static constexpr int kLgE = sizeof(T) == 2 ? 3 : 2;
-  static constexpr int BK = 64 / int(sizeof(T));     // channels per stage (32 / 16)
-  static constexpr int KS = 2;                       // mma k-steps per stage (k16 / k8)
+  static constexpr int BK = 32;                      // channels per stage
+  static constexpr int KS = BK * int(sizeof(T)) / 32;  // mma k-steps per stage (2 k16 / 4 k8)
   static constexpr int RB = kPgBM * int(sizeof(T));  // bytes per smem row (A and B: BM == BN)
-  static constexpr int kStage = 2 * BK * RB;         // A + B bytes per stage (16 KB)
+  static constexpr int kStage = 2 * BK * RB;         // A + B bytes per stage (16 / 32 KB)
+  static constexpr int kLd = BK * (kPgBM / kE) / kPgThreads;  // chunks per thread and operand
   // Epilogue staging, in output order: per GEMM-column row jrow = co*kh + ky
   // (BN / kw of them) the tile's line elements (m, kx) at m*kw + kx, pitch
   // BM*kw + kPad elements (kPad: 32 bytes, so the pitch is 8 words mod 32 banks).
@@ -85,42 +86,34 @@ __global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(
   const T* xg = static_cast<const T*>(c.x) + (int64_t(n) * c.Cin + int64_t(g) * c.Cig) * HW;
   const T* wg = static_cast<const T*>(c.w) + int64_t(g) * c.Cig * c.NJ;
 
-  // ---- loader: per stage 512 16-byte chunks of A and 512 of B, two each per thread
+  // ---- loader: per stage BK rows x kCh 16-byte chunks of A and of B; a thread
+  // copies chunk column ch of rows k0 + i*kRs (i < kLd): one pixel chunk of x and one
+  // column chunk of w, so one source pointer per operand (rows kRs apart), and one
+  // destination base (kRs is a multiple of 8: the row swizzle is the same).
   constexpr int kCh = kPgBM / kE;  // chunks per smem row
-  const T* a_src[2];
-  const T* b_src[2];
-  uint32_t a_dst[2], b_dst[2];
-  int a_k[2], b_k[2];
-  bool a_ok[2], b_ok[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int q = tid + i * kPgThreads;
-    const int k = q / kCh, ch = q % kCh;
-    const int m = ch * kE;
-    const int h = h0 + (m >> c.lg_tw), w = w0 + (m & (TW - 1));
-    a_k[i] = k;
-    a_ok[i] = h < c.H && w < c.W;
-    a_src[i] = xg + int64_t(k) * HW + (a_ok[i] ? int64_t(h) * c.W + w : 0);
-    a_dst[i] = uint32_t(k * RB + ((ch ^ Tr::swz(k)) << 4));
-    const int j = j0 + ch * kE;
-    b_k[i] = k;
-    b_ok[i] = j < c.NJ;
-    b_src[i] = wg + int64_t(k) * c.NJ + (b_ok[i] ? j : 0);
-    b_dst[i] = uint32_t(BK * RB + k * RB + ((ch ^ Tr::swz(k)) << 4));
-  }
+  constexpr int kRs = kPgThreads / kCh;
+  const int k0 = tid / kCh, ch = tid % kCh;
+  const int m = ch * kE;
+  const int ah = h0 + (m >> c.lg_tw), aw = w0 + (m & (TW - 1));
+  const bool a_ok = ah < c.H && aw < c.W;
+  const T* a_src = xg + int64_t(k0) * HW + (a_ok ? int64_t(ah) * c.W + aw : 0);
+  const int bj = j0 + ch * kE;
+  const bool b_ok = bj < c.NJ;
+  const T* b_src = wg + int64_t(k0) * c.NJ + (b_ok ? bj : 0);
+  const uint32_t a_dst = uint32_t(k0 * RB + ((ch ^ Tr::swz(k0)) << 4));
+  const int64_t a_row = int64_t(kRs) * HW, b_row = int64_t(kRs) * c.NJ;
   // Called for kt = 0, 1, 2, ... in order: the source pointers step by BK channels.
-  const int64_t a_step = int64_t(BK) * HW, b_step = int64_t(BK) * c.NJ;
   auto load_stage = [&](int stage, int kt) {
-    const uint32_t s = sbase + stage * Tr::kStage;
+    const uint32_t s = sbase + stage * Tr::kStage + a_dst;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const bool ka = a_ok[i] && kt * BK + a_k[i] < c.Cig;
-      cp_async16(s + a_dst[i], ka ? a_src[i] : xg, ka ? 16 : 0);
-      a_src[i] += a_step;
-      const bool kb = b_ok[i] && kt * BK + b_k[i] < c.Cig;
-      cp_async16(s + b_dst[i], kb ? b_src[i] : wg, kb ? 16 : 0);
-      b_src[i] += b_step;
+    for (int i = 0; i < Tr::kLd; ++i) {
+      const bool kin = kt * BK + k0 + i * kRs < c.Cig;
+      const bool ka = a_ok && kin, kb = b_ok && kin;
+      cp_async16(s + i * kRs * RB, ka ? a_src + i * a_row : xg, ka ? 16 : 0);
+      cp_async16(s + BK * RB + i * kRs * RB, kb ? b_src + i * b_row : wg, kb ? 16 : 0);
     }
+    a_src += Tr::kLd * a_row;
+    b_src += Tr::kLd * b_row;
   };
 
   // ---- per-lane fragment offsets (bytes inside a stage; see the swizzle notes)

@@ -17,7 +17,7 @@
 // Tile: BM = 128 pixels as R image rows x TW columns (TW a power of two, 8..128,
 // chosen on the host to waste the least), BN = 128 GEMM columns (BN % (kh*kw) == 0,
 // so a tile holds whole output channels), BK = 32 channels per stage,
-// 3-stage cp.async pipeline into XOR-swizzled shared memory, 8 warps as 2 (M) x 4 (N)
+// 4-stage (16-bit) / 3-stage (fp32) cp.async pipeline into XOR-swizzled shared memory, 8 warps as 2 (M) x 4 (N)
 // with 64 x 32 warp tiles. Epilogue: acc + bias, converted, staged in shared memory
 // in output order (per output channel and tap row, the tile's pixels times kw), then
 // copied out with 16-byte loads and stores: each output line (co, ky, tile row r) is
@@ -31,7 +31,7 @@ namespace convt2d {
 namespace cuda {
 namespace {
 
-constexpr int kPgBM = 128, kPgBN = 128, kPgStages = 3, kPgThreads = 256;
+constexpr int kPgBM = 128, kPgBN = 128, kPgThreads = 256;
 
 template <typename T>
 struct PgTraits {
@@ -41,13 +41,15 @@ struct PgTraits {
   static constexpr int KS = BK * int(sizeof(T)) / 32;  // mma k-steps per stage (2 k16 / 4 k8)
   static constexpr int RB = kPgBM * int(sizeof(T));  // bytes per smem row (A and B: BM == BN)
   static constexpr int kStage = 2 * BK * RB;         // A + B bytes per stage (16 / 32 KB)
+  // Pipeline depth: 4 stages (64 KB) for 16-bit, 3 (96 KB) for fp32; two blocks per SM.
+  static constexpr int kStages = sizeof(T) == 2 ? 4 : 3;
   static constexpr int kLd = BK * (kPgBM / kE) / kPgThreads;  // chunks per thread and operand
   // Epilogue staging, in output order: per GEMM-column row jrow = co*kh + ky
   // (BN / kw of them) the tile's line elements (m, kx) at m*kw + kx, pitch
   // BM*kw + kPad elements (kPad: 32 bytes, so the pitch is 8 words mod 32 banks).
   static constexpr int kPad = 32 / int(sizeof(T));
   static constexpr int kStageC = (kPgBN * kPgBM + kPgBN * kPad) * int(sizeof(T));  // kw = 1 worst
-  static constexpr int kSmem = kPgStages * kStage > kStageC ? kPgStages * kStage : kStageC;
+  static constexpr int kSmem = kStages * kStage > kStageC ? kStages * kStage : kStageC;
   // Swizzle of the 16-byte chunk index of smem row k: 16-bit ldmatrix reads 8
   // consecutive rows at one logical chunk; tf32 lane reads are 4 rows x 2 chunks.
   static __device__ __forceinline__ int swz(int k) {
@@ -146,19 +148,19 @@ __global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
 #pragma unroll
-  for (int s = 0; s < kPgStages - 1; ++s) {
+  for (int s = 0; s < Tr::kStages - 1; ++s) {
     if (s < c.KT) load_stage(s, s);
     cp_async_commit();
   }
   for (int kt = 0; kt < c.KT; ++kt) {
-    cp_async_wait<kPgStages - 2>();
+    cp_async_wait<Tr::kStages - 2>();
     __syncthreads();
     {
-      const int nk = kt + kPgStages - 1;
-      if (nk < c.KT) load_stage(nk % kPgStages, nk);
+      const int nk = kt + Tr::kStages - 1;
+      if (nk < c.KT) load_stage(nk % Tr::kStages, nk);
       cp_async_commit();
     }
-    const uint32_t st = sbase + (kt % kPgStages) * Tr::kStage;
+    const uint32_t st = sbase + (kt % Tr::kStages) * Tr::kStage;
     SplitMma<T, kSplit, MI, NI> sm;
     sm.begin_tile();
 #pragma unroll
@@ -264,7 +266,7 @@ __global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(
     const uint4 v = *reinterpret_cast<const uint4*>(sC + jrow * ld2 + q);
     const int64_t orow = out_img + int64_t(co) * c.Ho + (int64_t(h) << c.lg_kh) +
                          (jrow & ((1 << c.lg_kh) - 1));
-    *reinterpret_cast<uint4*>(outg + orow * c.Wo + (int64_t(w0) << c.lg_kw) + oxl) = v;
+    __stcs(reinterpret_cast<uint4*>(outg + orow * c.Wo + (int64_t(w0) << c.lg_kw) + oxl), v);  // streaming: written once
   }
 }
 

@@ -690,3 +690,34 @@ def test_channels_last_copy_odd_pixel_counts(dtype):
         x, w, b = cfg.make(dtype, "cuda")
         with _tf32_off():
             check(x, w, b, cfg.kwargs(), backward=True, what=f"{cfg.id()} ")
+
+
+def _random_patch_cfgs(count, seed):
+    """kernel == stride shapes the patch GEMM takes (W whole 16-byte chunks, kh*kw | 128,
+    Cout/groups*kh*kw whole chunks), drawn with a fixed seed: tile widths 8..128 with partial
+    tiles, kh, kw in 1..8, groups, K tails."""
+    import random
+    rng = random.Random(seed)
+    out = []
+    while len(out) < count:
+        kh, kw = rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4])
+        if 128 % (kh * kw):
+            continue
+        g = rng.choice([1, 1, 2, 3])
+        cig, cog = rng.randint(1, 70), rng.randint(1, 40)
+        while (cog * kh * kw) % 8:
+            cog += 1
+        out.append(Cfg(rng.randint(1, 3), cig * g, cog * g, rng.randint(1, 21),
+                       8 * rng.randint(1, 33), k=(kh, kw), stride=(kh, kw), groups=g,
+                       bias=rng.random() < 0.5))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("cfg", _random_patch_cfgs(12, 2026), ids=lambda c: c.id())
+def test_patch_gemm_random_shapes(cfg, dtype, monkeypatch):
+    monkeypatch.setenv("CONVT2D_KERNEL", "patch")
+    x, w, b = cfg.make(dtype, "cuda")
+    names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+    assert any("patch_gemm_kernel" in n for n in names), (cfg.id(), names)
+    check(x, w, b, cfg.kwargs(), backward=False, what="patch random ")

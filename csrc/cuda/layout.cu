@@ -39,6 +39,27 @@ template <typename U> struct Vec4;
 template <> struct Vec4<uint16_t> { using type = uint2; };
 template <> struct Vec4<uint32_t> { using type = uint4; };
 
+// Second half of both vector kernels: the staged tile[channel][pixel] (pr pixels, cr
+// channels, cr % 4 == 0) to NHWC rows d[pixel * C + channel], 4-channel vectors, lanes
+// along channels.
+template <typename U>
+__device__ __forceinline__ void store_tile_c4(const U (&tile)[kTile][kTile + 2], U* d, int64_t C,
+                                              int pr, int cr) {
+  using V = typename Vec4<U>::type;
+  constexpr int VPR = kTile / 4;  // vectors per tile row
+#pragma unroll
+  for (int it = 0; it < kTile * VPR / 256; ++it) {
+    const int i = threadIdx.x + it * 256;
+    const int q = i / VPR, c = (i % VPR) * 4;
+    if (c < cr && q < pr) {
+      union { V v; U e[4]; } u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) u.e[j] = tile[c + j][q];
+      *reinterpret_cast<V*>(d + q * C + c) = u.v;
+    }
+  }
+}
+
 // Any H*W (e.g. odd: seedD's grad_output, 257 x 766), C % 4 == 0: scalar reads along
 // pixels (a channel row's start is not vector-aligned), 4-channel vector writes; the 16
 // reads per thread unrolled with pointer steps (the generic kernel above spent its issue
@@ -47,7 +68,6 @@ template <typename U>
 __global__ void __launch_bounds__(256) nchw_to_nhwc_c4_kernel(const U* __restrict__ src,
                                                               U* __restrict__ dst, int64_t C,
                                                               int64_t HW) {
-  using V = typename Vec4<U>::type;
   __shared__ U tile[kTile][kTile + 2];
   const int64_t n = blockIdx.z;
   const int64_t p0 = int64_t(blockIdx.x) * kTile, c0 = int64_t(blockIdx.y) * kTile;
@@ -65,19 +85,7 @@ __global__ void __launch_bounds__(256) nchw_to_nhwc_c4_kernel(const U* __restric
 #pragma unroll
   for (int it = 0; it < kTile / 4; ++it) tile[cb + 4 * it][q] = v[it];
   __syncthreads();
-  U* d = dst + (n * HW + p0) * C + c0;
-  constexpr int VPR = kTile / 4;
-#pragma unroll
-  for (int it = 0; it < kTile * VPR / 256; ++it) {
-    const int i = threadIdx.x + it * 256;
-    const int qq = i / VPR, c = (i % VPR) * 4;  // lanes along channels
-    if (c < cr && qq < pr) {
-      union { V v; U e[4]; } u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) u.e[j] = tile[c + j][qq];
-      *reinterpret_cast<V*>(d + int64_t(qq) * C + c) = u.v;
-    }
-  }
+  store_tile_c4<U>(tile, dst + (n * HW + p0) * C + c0, C, pr, cr);
 }
 
 template <typename U>
@@ -104,17 +112,7 @@ __global__ void __launch_bounds__(256) nchw_to_nhwc_vec_kernel(const U* __restri
     }
   }
   __syncthreads();
-#pragma unroll
-  for (int it = 0; it < kTile * VPR / 256; ++it) {
-    const int i = threadIdx.x + it * 256;
-    const int q = i / VPR, c = (i % VPR) * 4;  // lanes along channels
-    if (c < cr && q < pr) {
-      union { V v; U e[4]; } u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) u.e[j] = tile[c + j][q];
-      *reinterpret_cast<V*>(d + q * C + c) = u.v;
-    }
-  }
+  store_tile_c4<U>(tile, d, C, int(pr < kTile ? pr : kTile), int(cr < kTile ? cr : kTile));
 }
 
 template <typename U>

@@ -365,7 +365,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   // Compute-bound kernel == stride shapes (U-Net's k=2 s=2): the patch GEMM, unless an
   // override names another kernel (CONVT2D_KERNEL=tc: the per-phase implicit GEMM). Not
   // by default for fp32 with TF32 off: its 3xTF32 variant (one block per SM) measured
-  // slower than the halo kernel's (unet 0.79 vs 0.68 ms).
+  // slower than the halo kernel's (unet 0.71 vs 0.69 ms).
   const bool patch_default = !*ko && math != MathMode::kIEEE;
   if (patch_ok && (patch_default || std::strcmp(ko, "patch") == 0) && run_patch()) return out;
   run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st);

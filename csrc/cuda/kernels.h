@@ -127,8 +127,9 @@ constexpr int kTcWgradTiles = 5;
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
 // Shape conditions of the patch GEMM (bf16 / fp16 / fp32; compute capability 8.0+):
-// kh == sh and kw == sw (powers of two, kh*kw <= 128), dilation 1, no padding or output
-// padding, W and Cout/groups*kh*kw whole 16-byte chunks.
+// kh == sh and kw == sw (powers of two, kh*kw dividing 128), dilation 1, no padding or
+// output padding, W and Cout/groups*kh*kw whole 16-byte chunks, at most 65535 pixel tiles
+// and images x groups.
 bool patch_gemm_supported(const Problem& p, DType dt);
 // launched = false: not taken (shape, alignment or grid limits), nothing launched.
 cudaError_t launch_patch_gemm(const PatchParams& prm, DType dt, MathMode math, cudaStream_t st,

@@ -41,7 +41,8 @@ struct PgTraits {
   static constexpr int KS = BK * int(sizeof(T)) / 32;  // mma k-steps per stage (2 k16 / 4 k8)
   static constexpr int RB = kPgBM * int(sizeof(T));  // bytes per smem row (A and B: BM == BN)
   static constexpr int kStage = 2 * BK * RB;         // A + B bytes per stage (16 / 32 KB)
-  // Pipeline depth: 4 stages (64 KB) for 16-bit, 3 (96 KB) for fp32; two blocks per SM.
+  // Pipeline depth: 4 stages (64 KB) for 16-bit, 3 (96 KB) for fp32: two blocks per SM on
+  // an H100 (the 3xTF32 variant runs one, by its register count).
   static constexpr int kStages = sizeof(T) == 2 ? 4 : 3;
   static constexpr int kLd = BK * (kPgBM / kE) / kPgThreads;  // chunks per thread and operand
   // Epilogue staging, in output order: per GEMM-column row jrow = co*kh + ky
@@ -277,6 +278,22 @@ int ilog2_exact(int64_t v) {  // log2 of a power of two, else -1
   return l;
 }
 
+// Tile width: the power of two TW = 1 << lg_tw in [8, 128] whose R x TW tiles (R = 128 /
+// TW) cover the image with the fewest pixels (ties: the wider tile, for longer output
+// lines). Returns the tile count; tiles_w = column tiles.
+int64_t pg_tiles(const Problem& p, int& lg_tw, int64_t& tiles_w) {
+  int64_t best_area = -1;
+  lg_tw = 7;
+  for (int lg = 7; lg >= 3; --lg) {
+    const int64_t tw = int64_t(1) << lg, r = kPgBM / tw;
+    const int64_t area = ((p.W + tw - 1) / tw) * ((p.H + r - 1) / r);
+    if (best_area < 0 || area < best_area) { best_area = area; lg_tw = lg; }
+  }
+  const int64_t tw = int64_t(1) << lg_tw, r = kPgBM / tw;
+  tiles_w = (p.W + tw - 1) / tw;
+  return tiles_w * ((p.H + r - 1) / r);
+}
+
 template <typename T, bool kSplit>
 cudaError_t launch_t(const PgCfg& c, dim3 grid, cudaStream_t st) {
   using Tr = PgTraits<T>;
@@ -304,7 +321,9 @@ bool patch_gemm_supported(const Problem& p, DType dt) {
   if (p.H >= lim || p.W >= lim || p.Ho >= lim || p.Wo >= lim || p.Cin >= lim || p.Cout >= lim ||
       p.cout_g() * kk >= lim)
     return false;
-  if (p.N * p.groups > 65535 || (p.H * p.W + kPgBM - 1) / kPgBM > 65535 * 4) return false;
+  int lg_tw = 0;
+  int64_t tiles_w = 0;
+  if (p.N * p.groups > 65535 || pg_tiles(p, lg_tw, tiles_w) > 65535) return false;
   return true;
 }
 
@@ -322,20 +341,9 @@ cudaError_t launch_patch_gemm(const PatchParams& prm, DType dt, MathMode math, c
   c.NJ = int(p.cout_g() * p.kh * p.kw);
   c.lg_kh = ilog2_exact(p.kh);
   c.lg_kw = ilog2_exact(p.kw);
-  // Tile width: the power of two in [8, 128] whose R x TW tiles cover the image with
-  // the fewest pixels (ties: the wider tile, for longer output lines).
-  int best_lg = 7;
-  int64_t best_area = -1;
-  for (int lg = 7; lg >= 3; --lg) {
-    const int64_t tw = int64_t(1) << lg, r = kPgBM / tw;
-    const int64_t area = ((p.W + tw - 1) / tw) * ((p.H + r - 1) / r);
-    if (best_area < 0 || area < best_area) { best_area = area; best_lg = lg; }
-  }
-  c.lg_tw = best_lg;
-  const int64_t tw = int64_t(1) << best_lg, r = kPgBM / tw;
-  c.tiles_w = int((p.W + tw - 1) / tw);
-  const int64_t tiles = c.tiles_w * ((p.H + r - 1) / r);
-  if (tiles > 65535) return cudaSuccess;
+  int64_t tiles_w = 0;
+  const int64_t tiles = pg_tiles(p, c.lg_tw, tiles_w);  // <= 65535 (supported)
+  c.tiles_w = int(tiles_w);
   const int bk = dt == DType::kFloat ? PgTraits<float>::BK : PgTraits<__half>::BK;
   c.KT = int((p.cin_g() + bk - 1) / bk);
   const dim3 grid(unsigned((c.NJ + kPgBN - 1) / kPgBN), unsigned(tiles), unsigned(p.N * p.groups));

@@ -302,12 +302,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
         continue;
       }
       float acc[2][kNT][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+      zero_acc(acc);
       const int2* tab = s_tab + s_rx[rx];
       // ldmatrix rows: A lane l -> pixel l & 15 of the m-tile, item half l >> 4;
       // B lane l -> n-tile (l >> 4) of the pair, row l & 7, item half (l >> 3) & 1.

@@ -141,12 +141,7 @@ __global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(
   }
 
   float acc[MI][NI][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  zero_acc(acc);
 
 #pragma unroll
   for (int s = 0; s < Tr::kStages - 1; ++s) {

@@ -1,5 +1,5 @@
 // PTX primitives shared by the mma.sync kernels (tc_igemm.cu, tc_wgrad.cu):
-// cp.async, ldmatrix, tf32 rounding / 3xTF32 split, and one m16n8 mma step.
+// cp.async, ldmatrix, tf32 rounding / 3xTF32 split, accumulator zeroing and one m16n8 mma step.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -57,6 +57,17 @@ __device__ __forceinline__ void split_tf32(uint32_t& x, uint32_t& small) {
               ? to_tf32(__float_as_uint(__uint_as_float(x) - __uint_as_float(big)))
               : 0u;
   x = big;
+}
+
+// The mma accumulators of a warp tile (any [A][B][4] float array) set to zero.
+template <int A, int B>
+__device__ __forceinline__ void zero_acc(float (&acc)[A][B][4]) {
+#pragma unroll
+  for (int i = 0; i < A; ++i)
+#pragma unroll
+    for (int j = 0; j < B; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 }
 
 // D += A * B for one m16n8 tile and one 32-byte k-step.

@@ -362,12 +362,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
   const int cw = wg - 1, ctid = tid - 128;
   constexpr int HV = Tr::HALVES, CR = Tr::CR;
   float acc[HV][NI][4];
-#pragma unroll
-  for (int h = 0; h < HV; ++h)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[h][j][q] = 0.f;
+  zero_acc(acc);
   int ia = 0, ib = 0, prev_s = 0, prev_a = 0;
   bool prev_last = false;
   // 3xTF32: a weight that is not finite or huge (launch_split_tf32), and the

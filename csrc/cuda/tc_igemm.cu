@@ -153,12 +153,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
   };
 
   float acc[MI][NI][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int t = 0; t < 4; ++t) acc[i][j][t] = 0.f;
+  zero_acc(acc);
 
   const int wm = warp % Tr::WARPS_M, wn = warp / Tr::WARPS_M;
   // ldmatrix addresses within a stage, per k-step: A rows (lane & 15), chunk
@@ -426,12 +421,7 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ T
   // ---- consumers: warpgroup cw = wg - 1 owns rows [128 cw, 128 cw + 128) ---------------
   const int cw = wg - 1, ctid = tid - 128;
   float acc[2][NI][4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int t = 0; t < 4; ++t) acc[h][j][t] = 0.f;
+  zero_acc(acc);
   for (int it = 0; it < iters; ++it) {
     const int s = it % S;
     mbar_wait(full0 + 8 * s, uint32_t((it / S) & 1));

@@ -208,12 +208,7 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
   }
 
   float acc[MI][NI][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  zero_acc(acc);
 
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {

@@ -1,7 +1,7 @@
 """A/B of a kernel-choice environment variable (GPU): forward and grad_input times for each
 value, torch alongside, same process (the launchers read the variable on every call), triton
 do_bench median. Usage: python scripts/env_ab.py VAR v1,v2,... [rows...]
-(EA_DTYPES=fp32,bf16,fp16,ieee; EA_PASSES=fwd,gi)"""
+(EA_DTYPES=fp32,bf16,fp16,ieee; EA_PASSES=fwd,gi,gw,bwd: bwd = grads of x and w)"""
 import os
 import sys
 
@@ -26,7 +26,10 @@ print(f"{'row':8} {'dtype':5} {'pass':4} {'torch ms':>9} " + " ".join(f"{var}={v
 for cfg, dn, x, w, gy in suite_inputs(rows, dts):
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=dn != "ieee"):
         for ps in passes:
-            ft, fo = call_pair(cfg, x, w, gy, None if ps == "fwd" else [True, False, False])
+            mask = {"fwd": None, "gi": [True, False, False], "gw": [False, True, False],
+                    "bwd": [True, True, False]}[ps]
+            ft, fo = call_pair(cfg, x, w, gy, mask)
+            pick = (lambda o: o) if mask is None else (lambda o: o[0] if mask[0] else o[1])
             res = []
             outs = []
             for v in vals:
@@ -35,8 +38,8 @@ for cfg, dn, x, w, gy in suite_inputs(rows, dts):
                 outs.append(fo())
             os.environ.pop(var, None)
             tt = t(ft)
-            o0 = outs[0] if ps == "fwd" else outs[0][0]
-            diffs = [((o if ps == "fwd" else o[0]).float() - o0.float()).abs().max().item()
+            o0 = pick(outs[0])
+            diffs = [(pick(o).float() - o0.float()).abs().max().item()
                      for o in outs[1:]]
             print(f"{cfg.name:8} {dn:5} {ps:4} {tt:9.3f} " +
                   " ".join(f"{r:8.3f}({tt / r:4.2f}x)" for r in res) +

@@ -724,3 +724,54 @@ def test_patch_gemm_random_shapes(cfg, dtype, monkeypatch):
     names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
     assert any("patch_gemm_kernel" in n for n in names), (cfg.id(), names)
     check(x, w, b, cfg.kwargs(), backward=False, what="patch random ")
+
+
+# The backward's tap gather (layout.cu) for kh*kw <= sh*sw: grad_output gathered channels-last
+# per tap, both gradients then 1x1 problems over Cout*kh*kw channels. Shapes: seedC-like
+# (k=3 d=2 s=5 p=1: border taps outside grad_output); U-Net's k=2 s=2 with bias; groups with
+# padding and output padding and two pixel tiles (W = 70, one partial); Cout*kh*kw = 80 (a
+# partial 64-channel tile); overlapping taps (k=2 d=2 s=2, gathered twice); N = 1 with
+# k=(1, 4) s=(2, 2).
+_GATHER_CFGS = [
+    Cfg(2, 16, 24, 9, 13, k=3, stride=5, padding=1, dilation=2),
+    Cfg(2, 32, 16, 7, 12, k=2, stride=2, bias=True),
+    Cfg(2, 32, 48, 6, 70, k=(2, 3), stride=(3, 2), padding=(1, 0), output_padding=(1, 1),
+        groups=2),
+    Cfg(3, 8, 20, 5, 9, k=2, stride=2),
+    Cfg(2, 16, 16, 8, 8, k=2, stride=2, dilation=2),
+    Cfg(1, 24, 8, 11, 6, k=(1, 4), stride=(2, 2), padding=(0, 1)),
+]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-ieee"])
+@pytest.mark.parametrize("cfg", _GATHER_CFGS, ids=lambda c: c.id())
+def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
+    """Backward of shapes with no more taps than stride phases, NCHW grad_output, runs the tap
+    gather and the 1x1 kernels, and every gradient matches the float64 reference (x
+    channels-last too; the gradients keep torch's layouts, which check() compares). A
+    channels-last grad_output (as autograd gives for channels-last x) keeps the strided path,
+    which reads it without a copy."""
+    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
+    monkeypatch.delenv("CONVT2D_BWD_GATHER", raising=False)
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+    x, w, b = cfg.make(dt, "cuda")
+    if layout == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+    flags = _tf32_off() if dtype == "fp32-ieee" else torch.backends.cudnn.flags(
+        enabled=True, allow_tf32=True)
+    with flags:
+        out = convt2d.forward(x, w, b, **cfg.kwargs())
+        gy = torch.randn(out.shape, device="cuda", dtype=dt)  # NCHW: the gather reads it so
+        k = cfg.kwargs()
+        args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
+                list(k["dilation"])]
+        names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
+                                                                 [True, True, False]))
+        assert any("tap_gather_kernel" in n for n in names), (cfg.id(), names)
+        if layout == "nhwc":
+            gy = gy.contiguous(memory_format=torch.channels_last)
+            names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
+                                                                     [True, True, False]))
+            assert not any("tap_gather_kernel" in n for n in names), (cfg.id(), names)
+        check(x, w, b, cfg.kwargs(), backward=True, what=f"gather {dtype} {layout} ")

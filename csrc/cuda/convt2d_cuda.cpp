@@ -387,65 +387,103 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   at::Tensor gi = not_requested(input), gw = not_requested(input), gb = not_requested(input);
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
 
-  // grad_weight on tensor cores reads x and grad_output channels-last; the
-  // channels-last grad_output is shared with grad_input (which reads it so too).
   const int64_t chunk = dt == DType::kFloat ? 4 : 8;
-  const bool tc_wgrad = output_mask[1] && p.N > 0 && is_sm80_plus() && dt != DType::kDouble &&
-                        std::strcmp(kernel_override(), "v1") != 0 && p.cin_g() % chunk == 0 &&
-                        p.cout_g() % chunk == 0 && input.numel() > 0;
-  const at::Tensor gout = tc_wgrad ? to_channels_last(grad_output, st) : grad_output;
+  const auto gi_format = suggest_memory_format(input, weight);
+  // gi and gw (its layout set at the end) for the problem p (the lambda's own, which
+  // hides the caller's) from grad_output go (NCHW or channels-last) and the weight wv
+  // ([Cin][Cog][kh][kw] of that problem).
+  auto grads = [&](const at::Tensor& go, const at::Tensor& wv, const Problem& p) {
+    // grad_weight on tensor cores reads x and go channels-last; the
+    // channels-last go is shared with grad_input (which reads it so too).
+    const bool tc_wgrad = output_mask[1] && p.N > 0 && is_sm80_plus() && dt != DType::kDouble &&
+                          std::strcmp(kernel_override(), "v1") != 0 && p.cin_g() % chunk == 0 &&
+                          p.cout_g() % chunk == 0 && input.numel() > 0;
+    const at::Tensor gout = tc_wgrad ? to_channels_last(go, st) : go;
 
-  if (output_mask[0]) {
-    gi = at::empty(input.sizes(),
-                   input.options().memory_format(suggest_memory_format(input, weight)));
-    if (gi.numel() > 0) {
-      int ws = -1;
-      if (autotune_on() && is_sm80_plus() && dt != DType::kDouble && p.cin_g() >= 64) {
-        auto run = [&](int c) {
-          run_igemm(cuda::IgemmMode::kDgrad, gout, gi, weight, at::Tensor(), p, dt, math, st, c);
-        };
-        ws = autotune(tune_key("dgrad", p, dt, math, grad_output, false), {0, 1, 2}, run, st);
-      }
-      run_igemm(cuda::IgemmMode::kDgrad, gout, gi, weight, at::Tensor(), p, dt, math, st, ws);
-    }
-  }
-  if (output_mask[1]) {
-    if (p.N == 0) {
-      gw = at::zeros(weight.sizes(), weight.options());
-    } else {
-      gw = at::empty(weight.sizes(), weight.options().memory_format(at::MemoryFormat::Contiguous));
-      cuda::WgradParams prm;
-      prm.p = p;
-      prm.gw = gw.data_ptr();
-      bool done = false;
-      if (tc_wgrad) {
-        const at::Tensor x2 = to_channels_last(input, st);
-        prm.x = ref(x2);
-        prm.gout = ref(gout);
-        if (cuda::tc_wgrad_supported(prm, dt)) {
-          auto run = [&](int tile) {
-            const cuda::TcWgradPlan plan = cuda::tc_wgrad_plan(p, dt, math, sms, tile);
-            prm.tile = tile;
-            prm.splits = plan.splits;
-            prm.k_per_split = plan.k_per_split;
-            auto ws = at::empty({plan.ws_elems}, input.options().dtype(at::kFloat));
-            prm.workspace = ws.data_ptr();
-            check_launch(cuda::launch_tc_wgrad(prm, dt, math, st), "grad_weight (tensor cores)");
+    if (output_mask[0]) {
+      gi = at::empty(input.sizes(), input.options().memory_format(gi_format));
+      if (gi.numel() > 0) {
+        int ws = -1;
+        if (autotune_on() && is_sm80_plus() && dt != DType::kDouble && p.cin_g() >= 64) {
+          auto run = [&](int c) {
+            run_igemm(cuda::IgemmMode::kDgrad, gout, gi, wv, at::Tensor(), p, dt, math, st, c);
           };
-          int tile = -1;
-          if (autotune_on() && math != MathMode::kIEEE) {
-            std::vector<int> tiles;
-            for (int t = 0; t < cuda::kTcWgradTiles; ++t) tiles.push_back(t);
-            tile = autotune(tune_key("wgrad", p, dt, math, input, false), tiles, run, st);
-          }
-          run(tile);
-          done = true;
+          ws = autotune(tune_key("dgrad", p, dt, math, go, false), {0, 1, 2}, run, st);
         }
+        run_igemm(cuda::IgemmMode::kDgrad, gout, gi, wv, at::Tensor(), p, dt, math, st, ws);
       }
-      if (!done) run_wgrad_v1(prm, input, grad_output, dt, math, sms, st);
     }
-    gw = gw.contiguous(weight.suggest_memory_format());
+    if (output_mask[1]) {
+      if (p.N == 0) {
+        gw = at::zeros(wv.sizes(), wv.options());
+      } else {
+        gw = at::empty(wv.sizes(), wv.options().memory_format(at::MemoryFormat::Contiguous));
+        cuda::WgradParams prm;
+        prm.p = p;
+        prm.gw = gw.data_ptr();
+        bool done = false;
+        if (tc_wgrad) {
+          const at::Tensor x2 = to_channels_last(input, st);
+          prm.x = ref(x2);
+          prm.gout = ref(gout);
+          if (cuda::tc_wgrad_supported(prm, dt)) {
+            auto run = [&](int tile) {
+              const cuda::TcWgradPlan plan = cuda::tc_wgrad_plan(p, dt, math, sms, tile);
+              prm.tile = tile;
+              prm.splits = plan.splits;
+              prm.k_per_split = plan.k_per_split;
+              auto ws = at::empty({plan.ws_elems}, input.options().dtype(at::kFloat));
+              prm.workspace = ws.data_ptr();
+              check_launch(cuda::launch_tc_wgrad(prm, dt, math, st), "grad_weight (tensor cores)");
+            };
+            int tile = -1;
+            if (autotune_on() && math != MathMode::kIEEE) {
+              std::vector<int> tiles;
+              for (int t = 0; t < cuda::kTcWgradTiles; ++t) tiles.push_back(t);
+              tile = autotune(tune_key("wgrad", p, dt, math, input, false), tiles, run, st);
+            }
+            run(tile);
+            done = true;
+          }
+        }
+        if (!done) run_wgrad_v1(prm, input, go, dt, math, sms, st);
+      }
+    }
+  };
+
+  // No more taps than stride phases (kh*kw <= sh*sw: seedC's k=3 d=2 s=5, U-Net's k=2 s=2):
+  // grad_output's tap gather (layout.cu; channels-last, no bigger than grad_output) makes
+  // both gradients 1x1 problems over Cout*kh*kw channels, with the weight viewed as
+  // [Cin][Cog*kh*kw][1][1]. It replaces the channels-last copy of all of grad_output that
+  // the strided problem reads only kh*kw/(sh*sw) of. CONVT2D_BWD_GATHER=0: off (A/B).
+  const char* ge = std::getenv("CONVT2D_BWD_GATHER");
+  const int64_t kk = p.kh * p.kw;
+  const bool gather = (output_mask[0] || output_mask[1]) && !(ge && ge[0] == '0') &&
+                      is_sm80_plus() && dt != DType::kDouble &&
+                      std::strcmp(kernel_override(), "v1") != 0 && kk <= p.sh * p.sw &&
+                      p.sh * p.sw > 1 && (p.Cout * kk) % 4 == 0 && p.N <= 65535 &&
+                      grad_output.is_contiguous() && input.numel() > 0 && p.cin_g() % chunk == 0 &&
+                      (p.cout_g() * kk) % chunk == 0;
+  bool gathered = false;
+  if (gather) {
+    Problem p1 = p;
+    p1.Cout = p.Cout * kk;
+    p1.Ho = p.H; p1.Wo = p.W;
+    p1.kh = p1.kw = p1.sh = p1.sw = p1.dh = p1.dw = 1;
+    p1.ph = p1.pw = p1.oph = p1.opw = 0;
+    auto g2 = at::empty({p.N, p1.Cout, p.H, p.W},
+                        grad_output.options().memory_format(at::MemoryFormat::ChannelsLast));
+    const cudaError_t e = cuda::launch_tap_gather(grad_output.data_ptr(), g2.data_ptr(), p,
+                                                  int(grad_output.element_size()), st);
+    if (e != cudaErrorInvalidValue) {
+      check_launch(e, "grad_output tap gather");
+      grads(g2, weight.contiguous().view({p.Cin, p.cout_g() * kk, 1, 1}), p1);
+      if (gw.defined() && gw.numel() > 0) gw = gw.view(weight.sizes());
+      gathered = true;
+    }
   }
+  if (!gathered) grads(grad_output, weight, p);
+  if (output_mask[1]) gw = gw.contiguous(weight.suggest_memory_format());
   if (output_mask[2]) {
     gb = grad_output.sum({0, 2, 3});  // one bandwidth-bound pass, fp32 accumulation
   }

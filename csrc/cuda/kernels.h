@@ -147,6 +147,14 @@ int direct_tc_channels(const Problem& p, DType dt);
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,
                                 int elem_bytes, cudaStream_t st);
 
+// Tap gather of NCHW-contiguous grad_output into channels-last dst [N][H][W][Cout*kh*kw]
+// (layout.cu): dst[n][y][x][c*kh*kw + ky*kw + kx] = gout[n][c][y*sh - ph + ky*dh]
+// [x*sw - pw + kx*dw], zero outside; the backward's 1x1 view when kh*kw <= sh*sw.
+// cudaErrorInvalidValue: not taken (Cout*kh*kw not a multiple of 4, grid limits,
+// dst alignment), nothing launched.
+cudaError_t launch_tap_gather(const void* gout, void* dst, const Problem& p, int elem_bytes,
+                              cudaStream_t st);
+
 // out[g][c][b][a] = in[g][a][b][c], both contiguous, 2- or 4-byte elements, C <= 256
 // (layout.cu; the weight packing). cudaErrorInvalidValue: not taken, nothing launched.
 cudaError_t launch_reverse3(const void* in, void* out, int64_t G, int64_t A, int64_t B,

@@ -491,6 +491,46 @@ def test_grad_weight_kernels(cfg, dtype, layout, kernel, monkeypatch):
         check(x, w, b, cfg.kwargs(), what=f"{kernel} {layout} {dtype} ")
 
 
+# grad_weight reading NCHW x K-major (tc_wgrad.cu kXN: no channels-last copy of x) on every
+# tile: H*W = 8 (a 32-pixel k-tile spans four images), 72 (k-tiles straddle images), a
+# channel tail (Cin/groups = 40 of a 64 / 128-channel tile), groups, stride and padding.
+_WGRAD_XN_CFGS = [
+    Cfg(7, 16, 24, 2, 4, k=3, stride=1, padding=1),
+    Cfg(3, 40, 24, 8, 9, k=3, stride=2, padding=1, output_padding=1),
+    Cfg(2, 80, 64, 6, 12, k=(2, 3), stride=(2, 1), groups=2, bias=False),
+]
+
+
+@pytest.mark.parametrize("tile", ["narrow", "wide", "tall", "bigtall", "bigwide"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32", "fp32-ieee"])
+@pytest.mark.parametrize("cfg", _WGRAD_XN_CFGS, ids=lambda c: c.id())
+def test_grad_weight_nchw_x(cfg, dtype, tile, monkeypatch):
+    """NCHW x goes to grad_weight without a channels-last copy when asked (CONVT2D_WGRAD_XCOPY=0:
+    one layout copy in the backward, grad_output's; =1 makes two) and every tile is right. The
+    default picks it for 1x1 problems and few channels per group (the gather tests run it)."""
+    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
+    monkeypatch.setenv("CONVT2D_TW_TILE", tile)
+    monkeypatch.setenv("CONVT2D_BWD_GATHER", "0")
+    monkeypatch.setenv("CONVT2D_WGRAD_XCOPY", "0")
+    dt = {"bf16": torch.bfloat16}.get(dtype, torch.float32)
+    x, w, b = cfg.make(dt, "cuda")
+    k = cfg.kwargs()
+    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
+            list(k["dilation"])]
+    gy = torch.randn(cfg.out_shape(), device="cuda", dtype=dt)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=dtype != "fp32-ieee"):
+        def copies():
+            names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
+                                                                     [False, True, False]))
+            assert any("tc_wgrad_kernel" in n for n in names), names
+            return sum("nchw_to_nhwc" in n for n in names)
+        monkeypatch.setenv("CONVT2D_WGRAD_XCOPY", "1")
+        assert copies() == 2
+        monkeypatch.setenv("CONVT2D_WGRAD_XCOPY", "0")
+        assert copies() == 1
+        check(x, w, b, k, what=f"nchw x {tile} {dtype} ")
+
+
 # torch.backends.cudnn.benchmark = True: the first call of a shape times every kernel choice
 # (direct / implicit GEMM / warp-specialised GEMM forward, both grad_input kernels, every
 # grad_weight tile) on the real output buffers, then runs the winner; later calls and CUDA

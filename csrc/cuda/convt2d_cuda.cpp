@@ -423,12 +423,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         prm.gw = gw.data_ptr();
         bool done = false;
         if (tc_wgrad) {
-          const at::Tensor x2 = to_channels_last(input, st);
-          prm.x = ref(x2);
+          // NCHW x read as it is (K-major tiles, no channels-last copy) where that measured
+          // faster: 1x1 problems (the tap gather's: unet bf16 grad_weight 0.156 -> 0.137 ms)
+          // and few channels per group (seedD, 8: 0.583 -> 0.537). On seedA / seedB / dcgan
+          // / vae the K-major kernel lost more than the copy costs (seedA bf16 2.08 -> 2.20
+          // ms), so x is copied channels-last there. CONVT2D_WGRAD_XCOPY=1 / 0: always /
+          // never copy (A/B).
+          const char* xc = std::getenv("CONVT2D_WGRAD_XCOPY");
+          const bool xn_pref = xc && *xc ? xc[0] == '0' : p.kh * p.kw == 1 || p.cin_g() < 32;
+          prm.x_nchw = xn_pref && input.is_contiguous() && (p.H * p.W) % chunk == 0;
+          prm.x = ref(input);
           prm.gout = ref(gout);
+          if (prm.x_nchw && !cuda::tc_wgrad_supported(prm, dt)) prm.x_nchw = false;
+          const at::Tensor x2 = prm.x_nchw ? input : to_channels_last(input, st);
+          prm.x = ref(x2);
           if (cuda::tc_wgrad_supported(prm, dt)) {
             auto run = [&](int tile) {
-              const cuda::TcWgradPlan plan = cuda::tc_wgrad_plan(p, dt, math, sms, tile);
+              const cuda::TcWgradPlan plan = cuda::tc_wgrad_plan(p, dt, math, sms, tile,
+                                                                 prm.x_nchw);
               prm.tile = tile;
               prm.splits = plan.splits;
               prm.k_per_split = plan.k_per_split;

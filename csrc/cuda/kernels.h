@@ -63,10 +63,14 @@ struct WgradParams {
   int64_t splits = 1;
   int64_t k_per_split = 0;    // pixels per split (multiple of the tile's BK)
   int tile = -1;              // tensor-core tile (tc_wgrad.cu TwTile): -1 heuristic
+  // tc_wgrad.cu: x is NCHW contiguous (not channels-last): its tiles are read K-major
+  // (pixels contiguous), so the backward needs no channels-last copy of x.
+  bool x_nchw = false;
 };
 
-// grad_weight on tensor cores (tc_wgrad.cu): x and grad_out read channels-last
-// (sc == 1, 16-byte aligned pixels); per group one GEMM with M = kh*kw*Cog
+// grad_weight on tensor cores (tc_wgrad.cu): grad_out read channels-last (sc == 1,
+// 16-byte aligned pixels), x channels-last too or, with x_nchw, NCHW contiguous with
+// H*W whole 16-byte chunks; per group one GEMM with M = kh*kw*Cog
 // (m = tap*Cog + co), N = Cig, K = N*H*W, split-K into the fp32 workspace
 // [splits][G][M][N], then a fixed-order reduction into gw (deterministic).
 struct TcWgradPlan {
@@ -122,7 +126,8 @@ cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaSt
 bool tc_wgrad_supported(const WgradParams& prm, DType dt);
 // tile: -1 heuristic, else one of kTcWgradTiles (tc_wgrad.cu); the same value must
 // then be in WgradParams::tile.
-TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile);
+TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile,
+                          bool x_nchw);
 constexpr int kTcWgradTiles = 5;
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);

@@ -11,6 +11,10 @@
 // the tiles are M- / N-major and are read with ldmatrix.trans (16-bit types)
 // or with conflict-free 32-bit loads (tf32). Putting the taps in M lets a
 // block load each x tile once for all the taps it covers.
+// kXN (x NCHW, no channels-last copy of x): a B chunk is E consecutive pixels of one
+// channel, a B tile row is one channel (BK pixels, rows padded by 16 bytes so 8 rows
+// at one chunk, or 8 channels x 4 pixels of tf32, hit distinct banks), read with
+// ldmatrix (not .trans) or 32-bit loads.
 // Split-K: blockIdx.y takes k_per_split pixels and writes its partial C to
 // ws[split][g][m][n] (fp32); a second kernel sums the splits in a fixed
 // order into grad_weight [Cin][Cog][kh][kw] (deterministic).
@@ -54,8 +58,13 @@ struct TwTraits {
   static constexpr int CPA = CHA / TPR, CPB = CHB / TPR;
   static constexpr int KSTEP = kTF32 ? 8 : 16;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MI = WM / 16, NI = WN / 8;
+  // kXN: B tile [BN channels][BK pixels], rows padded by 16 bytes.
+  static constexpr int RBN = BK * int(sizeof(T)) + 16;
+  static constexpr int KCH = BK / E;  // 16-byte chunks per B row
   static constexpr int kStageBytes = BK * (RA + RB);
   static constexpr int kSmemBytes = STAGES * kStageBytes + 128;
+  static constexpr int kStageBytesXN = BK * RA + BN * RBN;
+  static constexpr int kSmemBytesXN = STAGES * kStageBytesXN + 128;
   static_assert((BM * sizeof(T)) % 128 == 0 && (BN * sizeof(T)) % 128 == 0,
                 "swizzle / pad bank math needs rows of whole 128-byte lines");
   static_assert(kThreads % BK == 0 && CHA % TPR == 0 && CHB % TPR == 0 && CPA >= 1 && CPB >= 1,
@@ -72,12 +81,13 @@ __device__ __forceinline__ uint32_t tw_chunk(int row, int row_bytes, int ch) {
   else return uint32_t(row * row_bytes + ((ch ^ (row & 7)) << 4));
 }
 
-template <class Tr>
+template <class Tr, bool kXN>
 __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParams prm) {
   using T = typename Tr::T;
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, S = Tr::STAGES;
   constexpr int MI = Tr::MI, NI = Tr::NI, TPR = Tr::TPR, CPA = Tr::CPA, CPB = Tr::CPB;
   constexpr int RA = Tr::RA, RB = Tr::RB;
+  constexpr int kStage = kXN ? Tr::kStageBytesXN : Tr::kStageBytes;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t sbase = (sraw + 127u) & ~127u;
@@ -123,6 +133,22 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
   bool b_ok[CPB];
 #pragma unroll
   for (int c = 0; c < CPB; ++c) b_ok[c] = n0 + (lc + c * TPR) * E < Cig;
+  // kXN: thread tid loads chunk column bc (pixels bc*E..) of channel rows br + r*BRS;
+  // (bimg, bp) is that chunk's image and pixel in the image, advanced by BK a stage.
+  constexpr int BRS = Tr::kThreads / Tr::KCH, CPN = BN / BRS;
+  static_assert(!kXN || (Tr::kThreads % Tr::KCH == 0 && BN % BRS == 0), "kXN loader");
+  const int bc = tid % Tr::KCH, br = tid / Tr::KCH;
+  const int64_t HWx = p.H * p.W;
+  int64_t bimg = 0, bp = 0;
+  int bleft = 0;
+  const T* xrow = x;
+  if constexpr (kXN) {
+    const int64_t kb = k_begin + bc * E;
+    bimg = kb / HWx;
+    bp = kb - bimg * HWx;
+    bleft = int(k_end - kb);
+    xrow = x + (int64_t(g) * Cig + n0 + br) * HWx;
+  }
   // Cursor: pixel k = (img, iy, ix), and pixels left in this split.
   int k = int(k_begin) + lrow, left = int(k_end - k_begin) - lrow;
   int img = 0, iy = 0, ix = 0;
@@ -142,13 +168,26 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
   int64_t gofs = (int64_t(img) * Ho + int64_t(iy) * sh) * Wo * C + int64_t(ix) * sw * C;
 
   auto load_stage = [&](int stage) {
-    const uint32_t sa = sbase + stage * Tr::kStageBytes, sb = sa + BK * RA;
+    const uint32_t sa = sbase + stage * kStage, sb = sa + BK * RA;
     const bool pv = left > 0;
+    if constexpr (kXN) {
+      const T* src = xrow + bimg * p.Cin * HWx + bp;
 #pragma unroll
-    for (int c = 0; c < CPB; ++c) {
-      const int ch = lc + c * TPR;
-      const bool ok = pv && b_ok[c];
-      cp_async16(sb + tw_chunk<Tr>(lrow, RB, ch), ok ? xr + c * TPR * E : x, ok ? 16 : 0);
+      for (int r = 0; r < CPN; ++r) {
+        const bool ok = bleft > 0 && n0 + br + r * BRS < Cig;
+        cp_async16(sb + uint32_t((br + r * BRS) * Tr::RBN + bc * 16),
+                   ok ? src + int64_t(r) * BRS * HWx : x, ok ? 16 : 0);
+      }
+      bleft -= BK;
+      bp += BK;
+      while (bp >= HWx) { bp -= HWx; ++bimg; }
+    } else {
+#pragma unroll
+      for (int c = 0; c < CPB; ++c) {
+        const int ch = lc + c * TPR;
+        const bool ok = pv && b_ok[c];
+        cp_async16(sb + tw_chunk<Tr>(lrow, RB, ch), ok ? xr + c * TPR * E : x, ok ? 16 : 0);
+      }
     }
     const int oy0 = iy * sh, ox0 = ix * sw;
 #pragma unroll
@@ -185,14 +224,24 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
 #pragma unroll
     for (int i = 0; i < MI; ++i) a_addr[i][0] = tw_chunk<Tr>(ak, RA, (wm * Tr::WM + i * 16 + am) / E);
 #pragma unroll
-    for (int j = 0; j < NBJ; ++j)
-      b_addr[j][0] = BK * RA + tw_chunk<Tr>(bk, RB, (wn * Tr::WN + j * 16 + bn) / E);
+    for (int j = 0; j < NBJ; ++j) {
+      if constexpr (kXN) {
+        // ldmatrix.x4 (not .trans) on [n][k] rows: matrices (n0-7, k0-7), (n0-7, k8-15),
+        // (n8-15, k0-7), (n8-15, k8-15) = b[j][0], b[j][1], b[j+1][0], b[j+1][1].
+        const int mi = lane >> 3, n = (lane & 7) + ((mi >> 1) << 3);
+        b_addr[j][0] = uint32_t(BK * RA + (wn * Tr::WN + j * 16 + n) * Tr::RBN + (mi & 1) * 16);
+      } else {
+        b_addr[j][0] = BK * RA + tw_chunk<Tr>(bk, RB, (wn * Tr::WN + j * 16 + bn) / E);
+      }
+    }
   } else {
     // m16n8k8 tf32, t = lane & 3, q = lane >> 2: a0 = A[q][t], a1 = A[q+8][t],
     // a2 = A[q][t+4], a3 = A[q+8][t+4]; b0 = B[t][q], b1 = B[t+4][q].
     const int t = lane & 3, q = lane >> 2;
     const uint32_t a0 = uint32_t(t * RA + (wm * Tr::WM + q) * 4);
-    const uint32_t b0 = uint32_t(BK * RA + t * RB + (wn * Tr::WN + q) * 4);
+    // kXN: b0 = B[t][q] at row (channel) q, word t; b1 four words on.
+    const uint32_t b0 = kXN ? uint32_t(BK * RA + (wn * Tr::WN + q) * Tr::RBN + t * 4)
+                            : uint32_t(BK * RA + t * RB + (wn * Tr::WN + q) * 4);
 #pragma unroll
     for (int i = 0; i < MI; ++i) {
       a_addr[i][0] = a0 + i * 64;
@@ -202,8 +251,8 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
     }
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
-      b_addr[j][0] = b0 + j * 32;
-      b_addr[j][1] = b0 + j * 32 + 4 * RB;
+      b_addr[j][0] = b0 + (kXN ? j * 8 * Tr::RBN : j * 32);
+      b_addr[j][1] = b_addr[j][0] + (kXN ? 16 : 4 * RB);
     }
   }
 
@@ -222,7 +271,7 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
     if (it + S - 1 < nk) load_stage(wr);
     cp_async_commit();
     wr = wr == S - 1 ? 0 : wr + 1;
-    const uint32_t st = sbase + rd * Tr::kStageBytes;
+    const uint32_t st = sbase + rd * kStage;
     rd = rd == S - 1 ? 0 : rd + 1;
     // 3xTF32: this stage's partial sums (ptx.cuh, SplitMma).
     SplitMma<T, Tr::kSplit, MI, NI> sm;
@@ -231,16 +280,17 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
     for (int ks = 0; ks < BK / Tr::KSTEP; ++ks) {
       uint32_t bfr[NI][2], bsm[NI][2];
       if constexpr (!Tr::kTF32) {
-        const uint32_t koff = uint32_t(ks * 16 * RB);
+        const uint32_t koff = uint32_t(kXN ? ks * 32 : ks * 16 * RB);
 #pragma unroll
         for (int j = 0; j < NI / 2; ++j) {
           uint32_t r[4];
-          ldmatrix_x4_trans(r, st + b_addr[j][0] + koff);
+          if constexpr (kXN) ldmatrix_x4(r, st + b_addr[j][0] + koff);
+          else ldmatrix_x4_trans(r, st + b_addr[j][0] + koff);
           bfr[2 * j][0] = r[0]; bfr[2 * j][1] = r[1];
           bfr[2 * j + 1][0] = r[2]; bfr[2 * j + 1][1] = r[3];
         }
       } else {
-        const uint32_t koff = uint32_t(ks * 8 * RB);
+        const uint32_t koff = uint32_t(kXN ? ks * 32 : ks * 8 * RB);
 #pragma unroll
         for (int j = 0; j < NI; ++j)
 #pragma unroll
@@ -345,17 +395,17 @@ TwShape tw_shape(const Problem& p, DType dt, MathMode math, int tile) {
   }
 }
 
-template <class Tr>
-cudaError_t run_tw(const WgradParams& prm, cudaStream_t st) {
+template <class Tr, bool kXN>
+cudaError_t run_tw_x(const WgradParams& prm, cudaStream_t st) {
   const Problem& p = prm.p;
   const int64_t Mt = p.kh * p.kw * p.cout_g();
   const int64_t gx = ((Mt + Tr::BM - 1) / Tr::BM) * ((p.cin_g() + Tr::BN - 1) / Tr::BN) * p.groups;
   if (gx > 0x7fffffffLL || prm.splits > 65535) return cudaErrorInvalidConfiguration;
-  auto kern = tc_wgrad_kernel<Tr>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       Tr::kSmemBytes);
+  auto kern = tc_wgrad_kernel<Tr, kXN>;
+  constexpr int smem = kXN ? Tr::kSmemBytesXN : Tr::kSmemBytes;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  kern<<<dim3(unsigned(gx), unsigned(prm.splits)), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
+  kern<<<dim3(unsigned(gx), unsigned(prm.splits)), Tr::kThreads, smem, st>>>(prm);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const int64_t total = p.groups * Mt * p.cin_g();
@@ -363,38 +413,47 @@ cudaError_t run_tw(const WgradParams& prm, cudaStream_t st) {
   tc_wgrad_reduce_kernel<typename Tr::T><<<unsigned(blocks), 256, 0, st>>>(prm);
   return cudaGetLastError();
 }
+template <class Tr>
+cudaError_t run_tw(const WgradParams& prm, cudaStream_t st) {
+  return prm.x_nchw ? run_tw_x<Tr, true>(prm, st) : run_tw_x<Tr, false>(prm, st);
+}
 
 // Resident blocks per SM of the kernel launch_tc_wgrad would run (0 on error).
-template <class Tr>
+template <class Tr, bool kXN>
 int tw_occupancy() {
-  auto kern = tc_wgrad_kernel<Tr>;
+  auto kern = tc_wgrad_kernel<Tr, kXN>;
+  constexpr int smem = kXN ? Tr::kSmemBytesXN : Tr::kSmemBytes;
   int n = 0;
-  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes) !=
+  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
           cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, Tr::kThreads, Tr::kSmemBytes) !=
-          cudaSuccess)
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, Tr::kThreads, smem) != cudaSuccess)
     return 0;
   return n;
 }
-int tw_occupancy(TwTile tile, DType dt) {
-  // Cached per (tile, dtype): a property of the kernel and the device type.
-  static std::atomic<int> cache[int(TwTile::kSplit) + 1][4];
+template <class Tr>
+int tw_occupancy(bool xn) {
+  return xn ? tw_occupancy<Tr, true>() : tw_occupancy<Tr, false>();
+}
+int tw_occupancy(TwTile tile, DType dt, bool xn) {
+  // Cached per (tile, dtype, x layout): a property of the kernel and the device type.
+  static std::atomic<int> cache[int(TwTile::kSplit) + 1][4][2];
   static std::once_flag init;
   std::call_once(init, [] {
     for (auto& row : cache)
-      for (auto& c : row) c.store(-1);
+      for (auto& c : row)
+        for (auto& v : c) v.store(-1);
   });
-  std::atomic<int>& slot = cache[int(tile)][int(dt)];
+  std::atomic<int>& slot = cache[int(tile)][int(dt)][xn ? 1 : 0];
   if (const int v = slot.load(); v >= 0) return v;
   auto pick = [&](auto tag) -> int {
     using T = decltype(tag);
     switch (tile) {
-      case TwTile::kWide: return tw_occupancy<TwWide<T>>();
-      case TwTile::kTall: return tw_occupancy<TwTall<T>>();
-      case TwTile::kBigTall: return tw_occupancy<TwBigTall<T>>();
-      case TwTile::kBigWide: return tw_occupancy<TwBigWide<T>>();
-      case TwTile::kSplit: return tw_occupancy<TwSplit>();
-      default: return tw_occupancy<TwNarrow<T>>();
+      case TwTile::kWide: return tw_occupancy<TwWide<T>>(xn);
+      case TwTile::kTall: return tw_occupancy<TwTall<T>>(xn);
+      case TwTile::kBigTall: return tw_occupancy<TwBigTall<T>>(xn);
+      case TwTile::kBigWide: return tw_occupancy<TwBigWide<T>>(xn);
+      case TwTile::kSplit: return tw_occupancy<TwSplit>(xn);
+      default: return tw_occupancy<TwNarrow<T>>(xn);
     }
   };
   int v = 0;
@@ -414,6 +473,15 @@ bool dense_cl(const TensorRef& t, int64_t N, int64_t C, int64_t H, int64_t W) {
          (W == 1 || t.sw == C) && (H == 1 || t.sh == W * C) && (N == 1 || t.sn == H * W * C);
 }
 
+// NCHW contiguous (size-1 dims may carry any stride), H*W whole 16-byte chunks of
+// e elements, 16-byte aligned: the kXN loader's chunks then never straddle images.
+bool nchw_ok(const TensorRef& t, const Problem& p, int64_t e) {
+  const int64_t HW = p.H * p.W;
+  return (reinterpret_cast<uintptr_t>(t.ptr) & 15) == 0 && HW % e == 0 &&
+         (p.W == 1 || t.sw == 1) && (p.H == 1 || t.sh == p.W) && (p.Cin == 1 || t.sc == HW) &&
+         (p.N == 1 || t.sn == p.Cin * HW);
+}
+
 }  // namespace
 
 bool tc_wgrad_supported(const WgradParams& prm, DType dt) {
@@ -421,14 +489,16 @@ bool tc_wgrad_supported(const WgradParams& prm, DType dt) {
   const Problem& p = prm.p;
   const int64_t e = dt == DType::kFloat ? 4 : 8;
   const int64_t K = p.N * p.H * p.W;
-  return p.cin_g() % e == 0 && p.cout_g() % e == 0 && dense_cl(prm.x, p.N, p.Cin, p.H, p.W) &&
+  const bool x_ok = prm.x_nchw ? nchw_ok(prm.x, p, e) : dense_cl(prm.x, p.N, p.Cin, p.H, p.W);
+  return p.cin_g() % e == 0 && p.cout_g() % e == 0 && x_ok &&
          dense_cl(prm.gout, p.N, p.Cout, p.Ho, p.Wo) && K > 0 && K < (int64_t(1) << 31) - 1024 &&
          p.kh * p.kw * p.cout_g() < (int64_t(1) << 30) && p.Ho < (1 << 30) && p.Wo < (1 << 30) &&
          p.H * p.sh < (1 << 30) && p.W * p.sw < (1 << 30) && p.dh * (p.kh - 1) < (1 << 30) &&
          p.dw * (p.kw - 1) < (1 << 30) && p.ph < (1 << 30) && p.pw < (1 << 30);
 }
 
-TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile) {
+TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile,
+                          bool x_nchw) {
   const TwShape s = tw_shape(p, dt, math, tile);
   const int64_t Mt = p.kh * p.kw * p.cout_g();
   const int64_t tiles = ((Mt + s.bm - 1) / s.bm) * ((p.cin_g() + s.bn - 1) / s.bn) * p.groups;
@@ -441,7 +511,7 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
   // 300 / 150 / 50 TFLOP/s (16-bit / tf32 / 3xTF32) against 3 TB/s. Limits:
   // each split at least 16 k-tiles, each fp32 partial sum at most 2^20 pixels,
   // workspace at most 256 MiB. CONVT2D_TW_BLOCKS_PER_SM overrides the residency.
-  int per_sm = tw_occupancy(tw_tile(p, dt, math, tile), dt);
+  int per_sm = tw_occupancy(tw_tile(p, dt, math, tile), dt, x_nchw);
   if (const char* e = std::getenv("CONVT2D_TW_BLOCKS_PER_SM")) per_sm = std::atoi(e);
   if (per_sm <= 0) per_sm = 2;
   const int64_t cap = int64_t(per_sm) * num_sms;

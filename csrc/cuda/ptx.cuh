@@ -92,7 +92,7 @@ template <> struct Mma<__half> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   }
 };
-template <> struct Mma<float> {  // tf32 operands (already rounded)
+template <> struct Mma<float> {  // tf32 operands: fp32 bits, the low 13 mantissa bits ignored
   static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4],
                                              const uint32_t (&b)[2]) {
     asm volatile(
@@ -124,11 +124,15 @@ struct SplitMma {
           for (int t = 0; t < 4; ++t) part[i][j][t] = cross[i][j][t] = 0.f;
     }
   }
-  // One raw fragment register (fp32 bits for tf32): rounded, or split into big
-  // (in place) and small; 16-bit fragments pass unchanged.
+  // One raw fragment register (fp32 bits for tf32): split into big (in place) and
+  // small for 3xTF32; otherwise passed unchanged: 16-bit fragments, and fp32 bits, which
+  // the tensor core truncates to TF32 (it ignores the low 13 mantissa bits), as the
+  // wgmma kernels' fp32 operands in shared memory are. Rounding each fragment
+  // (cvt.rna: a finite test and an add per element, 48 of ~100 instructions per k-step
+  // of a warp) made the issue-bound patch GEMM slower (unet fp32, ncu: IPC 2.48).
   static __device__ __forceinline__ void operand(uint32_t& x, uint32_t& small) {
     if constexpr (kSplit) split_tf32(x, small);
-    else if constexpr (sizeof(T) == 4) x = to_tf32(x);
+    (void)x;
   }
   __device__ __forceinline__ void mma(float (&acc)[MI][NI][4], int i, int j, const uint32_t (&a)[4],
                                       const uint32_t (&as)[4], const uint32_t (&b)[2],

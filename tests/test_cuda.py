@@ -464,7 +464,8 @@ def test_halo_kernel_is_the_default_where_it_applies(monkeypatch):
 # grad_weight on tensor cores (tc_wgrad.cu): M = kh*kw*Cog mixes taps inside one tile, so
 # these shapes put tile edges mid-tap (Cog 24, 40), leave partial N tiles (Cig 40, 136 > the
 # 128-wide tile), use groups, strides, dilation, padding that crops taps, and a K
-# (N*H*W pixels) long enough for many split-K slices with a short last one. Each runs on the
+# (N*H*W pixels) long enough for many split-K slices with a short last one; 272 taps.
+# Each runs on the
 # tensor-core kernel and on the CUDA-core fallback (CONVT2D_KERNEL=v1), in every dtype,
 # fp32 with TF32 on and off (3xTF32).
 _WGRAD_CFGS = [
@@ -473,6 +474,7 @@ _WGRAD_CFGS = [
     Cfg(3, 64, 32, 8, 9, k=5, stride=3, padding=2, groups=2),
     Cfg(5, 64, 128, 61, 59, k=(3, 5), bias=False),
     Cfg(2, 256, 128, 16, 16, k=4, stride=2, padding=1),
+    Cfg(2, 16, 24, 5, 6, k=(16, 17), bias=False),
 ]
 
 

@@ -9,6 +9,7 @@ import torch
 from triton.testing import do_bench
 
 import convt2d  # noqa: F401  (registers torch.ops.convt2d)
+from convt2d.bench import SUITE, Config
 from suite_rows import call_pair, suite_inputs
 
 var, vals = sys.argv[1], sys.argv[2].split(",")
@@ -23,7 +24,17 @@ def t(fn):
 
 
 print(f"{'row':8} {'dtype':5} {'pass':4} {'torch ms':>9} " + " ".join(f"{var}={v:>4}" for v in vals))
-for cfg, dn, x, w, gy in suite_inputs(rows, dts):
+# EA_EXTRA="name,N,Cin,Cout,k,H,W,stride,padding,output_padding;...": rows outside the suite
+# (named on the command line like suite rows, or run with them when no rows are named).
+extra = []
+for spec in filter(None, os.environ.get("EA_EXTRA", "").split(";")):
+    f = spec.split(",")
+    n, cin, cout, k, h, wd, s_, p_, op = (int(v) for v in f[1:10])
+    extra.append(Config(f[0], n, cin, cout, k, (h, wd), stride=s_, padding=p_,
+                        output_padding=op))
+    if rows:
+        rows.append(f[0])
+for cfg, dn, x, w, gy in suite_inputs(rows, dts, configs=list(SUITE) + extra):
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=dn != "ieee"):
         for ps in passes:
             mask = {"fwd": None, "gi": [True, False, False], "gw": [False, True, False],

@@ -817,3 +817,28 @@ def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
                                                                      [True, True, False]))
             assert not any("tap_gather_kernel" in n for n in names), (cfg.id(), names)
         check(x, w, b, cfg.kwargs(), backward=True, what=f"gather {dtype} {layout} ")
+
+
+def test_tap_gather_declines_heavy_padding(monkeypatch):
+    """k=2 s=2 with padding 3: the gathered tensor (H*W*kh*kw per channel) would be larger
+    than grad_output (Ho*Wo), so the strided path runs; the gradients are right either way."""
+    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
+    cfg = Cfg(2, 16, 16, 6, 6, k=2, stride=2, padding=3)
+    x, w, b = cfg.make(torch.bfloat16, "cuda")
+    k = cfg.kwargs()
+    gy = torch.randn(cfg.out_shape(), device="cuda", dtype=torch.bfloat16)
+    names = _kernel_names(lambda: torch.ops.convt2d.backward(
+        gy, x, w, list(k["stride"]), list(k["padding"]), list(k["output_padding"]), 1,
+        list(k["dilation"]), [True, True, False]))
+    assert not any("tap_gather_kernel" in n for n in names), names
+    check(x, w, b, k, what="heavy padding ")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_grad_weight_many_output_channels(dtype):
+    """65544 output channels x 9 taps: the grad_weight reduction's grid is one dimension, so
+    more than 65535 channel tiles launch (they once raised 'invalid configuration')."""
+    cfg = Cfg(1, 8, 65544, 4, 4, k=3, bias=False)
+    x, w, b = cfg.make(dtype, "cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        check(x, w, b, cfg.kwargs(), what="65544 channels ")

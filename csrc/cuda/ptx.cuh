@@ -132,7 +132,6 @@ struct SplitMma {
   // of a warp) made the issue-bound patch GEMM slower (unet fp32, ncu: IPC 2.48).
   static __device__ __forceinline__ void operand(uint32_t& x, uint32_t& small) {
     if constexpr (kSplit) split_tf32(x, small);
-    (void)x;
   }
   __device__ __forceinline__ void mma(float (&acc)[MI][NI][4], int i, int j, const uint32_t (&a)[4],
                                       const uint32_t (&as)[4], const uint32_t (&b)[2],

@@ -513,6 +513,16 @@ bool dense_cl(const TensorRef& t, int64_t N, int64_t C, int64_t H, int64_t W) {
          (W == 1 || t.sw == C) && (H == 1 || t.sh == W * C) && (N == 1 || t.sn == H * W * C);
 }
 
+// The reduction's launch limits (launch_tw_reduce): grid y (co tiles) and z (groups) at
+// most 65535, and 32 * (taps | 1) floats of shared memory within every sm_80+ GPU's
+// opt-in limit (99 KB on sm_86 / sm_89): taps <= 768. Shapes beyond go to wgrad.cu.
+bool tw_reduce_fits(const Problem& p) {
+  const int64_t taps = p.kh * p.kw;
+  if (taps > 768 || p.groups > 65535) return false;
+  const int64_t cc = std::max<int64_t>(1, std::min<int64_t>(p.cout_g(), 8 / taps));
+  return (p.cout_g() + cc - 1) / cc <= 65535;
+}
+
 // NCHW contiguous (size-1 dims may carry any stride), H*W whole 16-byte chunks of
 // e elements, 16-byte aligned: the kXN loader's chunks then never straddle images.
 bool nchw_ok(const TensorRef& t, const Problem& p, int64_t e) {
@@ -532,7 +542,7 @@ bool tc_wgrad_supported(const WgradParams& prm, DType dt) {
   const bool x_ok = prm.x_nchw ? nchw_ok(prm.x, p, e) : dense_cl(prm.x, p.N, p.Cin, p.H, p.W);
   return p.cin_g() % e == 0 && p.cout_g() % e == 0 && x_ok &&
          dense_cl(prm.gout, p.N, p.Cout, p.Ho, p.Wo) && K > 0 && K < (int64_t(1) << 31) - 1024 &&
-         p.kh * p.kw * p.cout_g() < (int64_t(1) << 30) && p.kh * p.kw <= 1024 &&
+         p.kh * p.kw * p.cout_g() < (int64_t(1) << 30) && tw_reduce_fits(p) &&
          p.Ho < (1 << 30) && p.Wo < (1 << 30) &&
          p.H * p.sh < (1 << 30) && p.W * p.sw < (1 << 30) && p.dh * (p.kh - 1) < (1 << 30) &&
          p.dw * (p.kw - 1) < (1 << 30) && p.ph < (1 << 30) && p.pw < (1 << 30);

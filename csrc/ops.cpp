@@ -1,5 +1,5 @@
 // The op schemas, in one place. Backends register their kernels in their own
-// folders (cpu/, cuda/); autograd and fake (meta) kernels live in Python
+// folders (cpu/, cuda/), autograd in autograd/; fake (meta) kernels live in Python
 // (python/convt2d/_ops.py) through torch.library.
 #include <Python.h>
 #include <torch/library.h>

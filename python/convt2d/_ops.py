@@ -1,5 +1,5 @@
-"""Fake (meta) and autograd registrations for the compiled ops."""
-from typing import List, Optional, Sequence
+"""Fake (meta) registrations for the compiled ops (autograd: csrc/autograd/autograd.cpp)."""
+from typing import Sequence
 
 import torch
 from torch._prims_common import suggest_memory_format
@@ -51,20 +51,5 @@ def _backward_fake(grad_output, input, weight, stride, padding, output_padding, 
     return gi, gw, gb
 
 
-def _setup_context(ctx, inputs, output):
-    input, weight, bias, stride, padding, output_padding, groups, dilation = inputs
-    ctx.save_for_backward(input, weight)
-    ctx.has_bias = bias is not None
-    ctx.args = (stride, padding, output_padding, groups, dilation)
+# Autograd of convt2d::forward is registered in C++ (csrc/autograd/autograd.cpp).
 
-
-def _backward(ctx, grad_output):
-    input, weight = ctx.saved_tensors
-    mask: List[bool] = [ctx.needs_input_grad[0], ctx.needs_input_grad[1],
-                        ctx.has_bias and ctx.needs_input_grad[2]]
-    gi, gw, gb = torch.ops.convt2d.backward(grad_output, input, weight, *ctx.args, mask)
-    return (gi if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None,
-            None, None, None, None, None)
-
-
-torch.library.register_autograd("convt2d::forward", _backward, setup_context=_setup_context)

@@ -96,3 +96,25 @@ def test_backward_op_values_and_empty_placeholders(device):
     gi, gw, gb = torch.ops.convt2d.backward(gy, x, w, *rest, [False, True, False])
     assert gi.shape == (0,) and gb.shape == (0,)
     torch.testing.assert_close(gw, ref[1], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_double_backward_raises(device):
+    """First order only: differentiating the gradient raises (convt2d::backward's autograd is
+    the not-implemented fallback) instead of silently treating it as constant. Which gradients
+    autograd asks for decides what convt2d::backward computes: x alone, w alone, bias alone."""
+    cfg = GRADCHECK_CFGS[0]
+    x, w, b = cfg.make(torch.float64, device)
+    x.requires_grad_()
+    w.requires_grad_()
+    b.requires_grad_()
+    y = convt2d.forward(x, w, b, **cfg.kwargs())
+    (gx,) = torch.autograd.grad(y.sum(), [x], create_graph=True)
+    with pytest.raises(RuntimeError, match="not implemented"):
+        gx.sum().backward()
+    for t in (x, w, b):
+        y = convt2d.forward(x, w, b, **cfg.kwargs())
+        (g,) = torch.autograd.grad(y.square().sum(), [t])
+        ref = torch.nn.functional.conv_transpose2d(x, w, b, **cfg.kwargs())
+        (r,) = torch.autograd.grad(ref.square().sum(), [t])
+        torch.testing.assert_close(g, r)

@@ -7,6 +7,7 @@
 // Fake (meta) kernels stay in Python (python/convt2d/_ops.py).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include <array>
@@ -89,6 +90,11 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w,
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(convt2d, Autograd, m) { m.impl("forward", &forward_autograd); }
+// First order only: differentiating convt2d::backward (double backward) raises "derivative
+// for convt2d::backward is not implemented" instead of passing through silently.
+TORCH_LIBRARY_IMPL(convt2d, Autograd, m) {
+  m.impl("forward", &forward_autograd);
+  m.impl("backward", torch::autograd::autogradNotImplementedFallback());
+}
 
 }  // namespace convt2d

@@ -416,13 +416,19 @@ TwShape tw_shape(const Problem& p, DType dt, MathMode math, int tile) {
   }
 }
 
-// The reduction's launch: CC = max(1, 8 / taps) co per block (taps * CC rows), at
-// most 32 * taps floats of shared memory (tc_wgrad_supported: taps <= 1024).
+// Output channels per reduction block: CC = max(1, 8 / taps), so a tile is ~8 workspace
+// rows (taps * CC), one per warp.
+int64_t tw_reduce_cc(const Problem& p) {
+  return std::max<int64_t>(1, std::min<int64_t>(p.cout_g(), 8 / (p.kh * p.kw)));
+}
+
+// The reduction's launch: CC co per block, 32 * (taps * CC | 1) floats of shared memory
+// (tc_wgrad_supported / tw_reduce_fits keep this launchable: taps <= 768).
 template <typename T>
 cudaError_t launch_tw_reduce(const WgradParams& prm, cudaStream_t st) {
   const Problem& p = prm.p;
   const int64_t taps = p.kh * p.kw;
-  const int64_t cc = std::max<int64_t>(1, std::min<int64_t>(p.cout_g(), 8 / taps));
+  const int64_t cc = tw_reduce_cc(p);
   const int pitch = int((cc * taps) | 1);
   const size_t smem = size_t(kRdCi) * pitch * sizeof(float);
   const int64_t gx = (p.cin_g() + kRdCi - 1) / kRdCi, gy = (p.cout_g() + cc - 1) / cc;
@@ -517,9 +523,8 @@ bool dense_cl(const TensorRef& t, int64_t N, int64_t C, int64_t H, int64_t W) {
 // most 65535, and 32 * (taps | 1) floats of shared memory within every sm_80+ GPU's
 // opt-in limit (99 KB on sm_86 / sm_89): taps <= 768. Shapes beyond go to wgrad.cu.
 bool tw_reduce_fits(const Problem& p) {
-  const int64_t taps = p.kh * p.kw;
-  if (taps > 768 || p.groups > 65535) return false;
-  const int64_t cc = std::max<int64_t>(1, std::min<int64_t>(p.cout_g(), 8 / taps));
+  if (p.kh * p.kw > 768 || p.groups > 65535) return false;
+  const int64_t cc = tw_reduce_cc(p);
   return (p.cout_g() + cc - 1) / cc <= 65535;
 }
 

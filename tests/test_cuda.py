@@ -493,6 +493,51 @@ def test_grad_weight_kernels(cfg, dtype, layout, kernel, monkeypatch):
         check(x, w, b, cfg.kwargs(), what=f"{kernel} {layout} {dtype} ")
 
 
+# grad_weight on wgmma (tc_wgrad.cu kWg: 16-bit, x channels-last, compute capability 9.0 with
+# an sm_90a build): every wgmma tile on the grad_weight shapes above plus partial tiles in
+# both GEMM dimensions (Cin/groups = 72 of a 64 / 128 tile, taps * Cout/groups = 3 * 40 = 120
+# of 256) and a split-K run over several images.
+_WGRAD_WG_CFGS = _WGRAD_CFGS[:5] + [
+    Cfg(3, 72, 40, 9, 11, k=(1, 3), stride=(1, 2), padding=(0, 1), bias=False),
+    Cfg(6, 64, 64, 40, 44, k=3, stride=1, padding=1, bias=False),
+]
+
+
+def _wg_kernel(names):
+    """tc_wgrad_kernel launches with the wgmma traits (8 x 1 warps, kWg = true)."""
+    return [n for n in names if "tc_wgrad_kernel" in n and
+            re.search(r"8, 1, (32|64), [0-9]+, false, true>|Li8ELi1ELi(32|64)ELi[0-9]ELb0ELb1EE", n)]
+
+
+@pytest.mark.parametrize("tile", ["wg64", "wg128", "wg64k", "wg128k", "default"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("cfg", _WGRAD_WG_CFGS, ids=lambda c: c.id())
+def test_grad_weight_wgmma(cfg, dtype, tile, monkeypatch):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma kernels run on compute capability 9.0")
+    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
+    monkeypatch.setenv("CONVT2D_BWD_GATHER", "0")
+    monkeypatch.setenv("CONVT2D_WGRAD_XCOPY", "1")
+    if tile == "default":
+        monkeypatch.delenv("CONVT2D_TW_TILE", raising=False)
+    else:
+        monkeypatch.setenv("CONVT2D_TW_TILE", tile)
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    x, w, b = cfg.make(dt, "cuda")
+    k = cfg.kwargs()
+    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
+            list(k["dilation"])]
+    gy = torch.randn(cfg.out_shape(), device="cuda", dtype=dt)
+    names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
+                                                             [False, True, False]))
+    if not any("tc_wgrad_kernel" in n for n in names):
+        pytest.skip(f"not a tc_wgrad shape: {names}")
+    # The heuristic takes wgmma from 128 GEMM rows (taps * Cout/groups) up.
+    if tile != "default" or w.shape[1] * w.shape[2] * w.shape[3] >= 128:
+        assert _wg_kernel(names), names
+    check(x, w, b, k, what=f"wgmma {tile} {dtype} ")
+
+
 # grad_weight reading NCHW x K-major (tc_wgrad.cu kXN: no channels-last copy of x) on every
 # tile: H*W = 8 (a 32-pixel k-tile spans four images), 72 (k-tiles straddle images), a
 # channel tail (Cin/groups = 40 of a 64 / 128-channel tile), groups, stride and padding.
@@ -820,8 +865,9 @@ def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
 
 
 def test_tap_gather_declines_heavy_padding(monkeypatch):
-    """k=2 s=2 with padding 3: the gathered tensor (H*W*kh*kw per channel) would be larger
-    than grad_output (Ho*Wo), so the strided path runs; the gradients are right either way."""
+    """k=2 s=2 with padding 3: the gathered tensor (H*W*kh*kw per channel) would be 4x
+    grad_output (Ho*Wo), over the gather's 1.5x limit, so the strided path runs; the
+    gradients are right either way."""
     monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
     cfg = Cfg(2, 16, 16, 6, 6, k=2, stride=2, padding=3)
     x, w, b = cfg.make(torch.bfloat16, "cuda")

@@ -464,7 +464,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   };
 
   // No more taps than stride phases (kh*kw <= sh*sw: seedC's k=3 d=2 s=5, U-Net's k=2 s=2),
-  // and no more gathered elements than grad_output has (heavy padding can make it more);
+  // and at most 1.5x as many gathered elements as grad_output has (heavy padding can make
+  // it many times more; a little over 1x, from cropped edge taps, still gains);
   // strides, paddings, dilations below 2^20 and kernel sizes below 2^10 (the gather kernel
   // keeps them in 32-bit ints): grad_output's tap gather (layout.cu; channels-last) makes
   // both gradients 1x1 problems over Cout*kh*kw channels, with the weight viewed as
@@ -475,7 +476,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   const bool gather = (output_mask[0] || output_mask[1]) && !(ge && ge[0] == '0') &&
                       is_sm80_plus() && dt != DType::kDouble &&
                       std::strcmp(kernel_override(), "v1") != 0 && kk <= p.sh * p.sw &&
-                      p.H * p.W * kk <= p.Ho * p.Wo && p.sh < (1 << 20) && p.sw < (1 << 20) &&
+                      2 * p.H * p.W * kk <= 3 * p.Ho * p.Wo && p.sh < (1 << 20) && p.sw < (1 << 20) &&
                       p.ph < (1 << 20) && p.pw < (1 << 20) && p.dh < (1 << 20) &&
                       p.dw < (1 << 20) && p.kh < (1 << 10) && p.kw < (1 << 10) &&
                       p.sh * p.sw > 1 && (p.Cout * kk) % 4 == 0 && p.N <= 65535 &&

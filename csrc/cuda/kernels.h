@@ -122,6 +122,9 @@ cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, MathMode math, cuda
 // *flag |= 1 where a value is not finite or |v| >= 2^60 (flag zeroed by the caller).
 cudaError_t launch_split_tf32(const float* src, float* hi, float* lo, int64_t n, int* flag,
                               cudaStream_t st);
+// True when this build has the sm_90a wgmma kernels (CONVT2D_WGMMA) and the current
+// device is compute capability 9.0, the one their machine code loads on.
+bool wgmma_device();
 cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 bool tc_wgrad_supported(const WgradParams& prm, DType dt);
 // tile: -1 heuristic, else one of kTcWgradTiles (tc_wgrad.cu); the same value must

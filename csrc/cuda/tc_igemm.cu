@@ -521,22 +521,10 @@ cudaError_t run_tc_bn(const IgemmParams& prm, cudaStream_t st) {
 // CONVT2D_WGMMA); they run on compute capability 9.x for 128-byte K rows and
 // more than 32 GEMM columns. CONVT2D_NO_WGMMA=1 turns them off (A/B timing).
 bool use_wgmma(const IgemmParams& prm) {
-#if defined(CONVT2D_WGMMA)
   if (prm.Nc <= 32) return false;
   const char* e = std::getenv("CONVT2D_NO_WGMMA");
   if (e && e[0] == '1') return false;
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return false;
-  int minor = 0;
-  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;  // sm_90a machine code loads on 9.0 only
-#else
-  (void)prm;
-  return false;
-#endif
+  return wgmma_device();
 }
 
 template <typename T, bool kSplit>
@@ -578,6 +566,21 @@ cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
 }
 
 }  // namespace
+
+bool wgmma_device() {
+#if defined(CONVT2D_WGMMA)
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  int minor = 0;
+  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;  // sm_90a machine code loads on 9.0 only
+#else
+  return false;
+#endif
+}
 
 bool tc_igemm_supported(const IgemmParams& prm, DType dt) {
   if (dt == DType::kDouble) return false;

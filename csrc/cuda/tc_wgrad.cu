@@ -21,6 +21,7 @@
 #include "cuda/kernels.h"
 #include "cuda/mma_core.cuh"
 #include "cuda/ptx.cuh"
+#include "cuda/wgmma.cuh"
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -34,13 +35,16 @@ namespace {
 
 // BM x BN tile, BK pixels per stage. 16-bit types: m16n8k16 with fragments
 // from ldmatrix.trans; fp32: m16n8k8 tf32 (kSplit: 3xTF32 for IEEE fp32).
+// kWg (16-bit, sm_90a): the same loader into wgmma's MN-major 128-byte-swizzle tiles
+// (tw_chunk) and a wgmma main loop (tw_wg_main); BM = 256 (two warpgroups of 128
+// (tap, co) columns), BN = 64 or 128 ci rows.
 template <typename T_, int BM_, int BN_, int WARPS_M_, int WARPS_N_, int BK_, int STAGES_,
-          bool kSplit_>
+          bool kSplit_, bool kWg_ = false>
 struct TwTraits {
   using T = T_;
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_;
   static constexpr int BK = BK_, STAGES = STAGES_;
-  static constexpr bool kSplit = kSplit_;
+  static constexpr bool kSplit = kSplit_, kWg = kWg_;
   static constexpr bool kTF32 = sizeof(T) == 4;
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
   static constexpr int E = 16 / int(sizeof(T));   // elements per 16-byte chunk
@@ -62,7 +66,8 @@ struct TwTraits {
   static constexpr int RBN = BK * int(sizeof(T)) + 16;
   static constexpr int KCH = BK / E;  // 16-byte chunks per B row
   static constexpr int kStageBytes = BK * (RA + RB);
-  static constexpr int kSmemBytes = STAGES * kStageBytes + 128;
+  static constexpr int kAlign = kWg ? 1024 : 128;  // wgmma's swizzle atoms: 1024 bytes
+  static constexpr int kSmemBytes = STAGES * kStageBytes + kAlign;
   static constexpr int kStageBytesXN = BK * RA + BN * RBN;
   static constexpr int kSmemBytesXN = STAGES * kStageBytesXN + 128;
   static_assert((BM * sizeof(T)) % 128 == 0 && (BN * sizeof(T)) % 128 == 0,
@@ -71,14 +76,93 @@ struct TwTraits {
                 "loader");
   static_assert(MI >= 1 && NI % 2 == 0 && BK % KSTEP == 0, "warp tile");
   static_assert(!kSplit || kTF32, "3xTF32 is for fp32");
+  static_assert(!kWg || (!kTF32 && BM == 256 && (BN == 64 || BN == 128) && kThreads == 256 &&
+                         BK % 16 == 0 && STAGES >= 3 && (BK * 128) % 1024 == 0),
+                "wgmma tile");
 };
 
 
 // Byte offset of 16-byte chunk ch of tile row `row` (see TwTraits).
+// kWg: wgmma's MN-major 128-byte-swizzle layout, the tile split into 64-channel column
+// blocks of BK rows x 128 bytes, chunk c of row r at (c ^ (r & 7)) inside its row.
 template <class Tr>
 __device__ __forceinline__ uint32_t tw_chunk(int row, int row_bytes, int ch) {
-  if constexpr (Tr::kTF32) return uint32_t(row * row_bytes + ch * 16);
+  if constexpr (Tr::kWg)
+    return uint32_t((ch >> 3) * (Tr::BK * 128) + row * 128 + (((ch & 7) ^ (row & 7)) << 4));
+  else if constexpr (Tr::kTF32) return uint32_t(row * row_bytes + ch * 16);
   else return uint32_t(row * row_bytes + ((ch ^ (row & 7)) << 4));
+}
+
+// wgmma descriptor of an MN-major 128-byte-swizzle operand: LBO = the stride between
+// 64-element column blocks, SBO = 1024 bytes between 8-row (k) groups.
+__device__ __forceinline__ uint64_t tw_mn_desc(uint32_t saddr, uint32_t lbo) {
+  return uint64_t((saddr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) |
+         (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// kWg main loop and epilogue. wgmma computes the transposed tile D[ci][(tap, co)]: its
+// A operand is the x tile (BN ci x BK pixels, ci contiguous), its B operand the
+// grad_out tile (BM (tap, co) x BK pixels); warpgroup wg takes columns
+// [128 wg, 128 wg + 128) and all BN / 64 slabs of 64 ci (one m64n128k16 per slab and
+// k-step). Loads run S - 2 stages ahead and one wgmma group stays in flight
+// (wait_group 1): the stage a load overwrites was read by the group two back, which
+// every warpgroup has waited for before the barrier that precedes the load.
+template <class Tr, class Load>
+__device__ __forceinline__ void tw_wg_main(Load& load_stage, const WgradParams& prm, int nk,
+                                           uint32_t sbase, int m0, int n0, int g, int Mt,
+                                           int Cig) {
+  using T = typename Tr::T;
+  constexpr int BK = Tr::BK, S = Tr::STAGES, MS = Tr::BN / 64;
+  constexpr uint32_t kBlk = BK * 128;  // bytes of one 64-channel column block
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  float acc[MS][64];
+#pragma unroll
+  for (int s = 0; s < MS; ++s)
+#pragma unroll
+    for (int e = 0; e < 64; ++e) acc[s][e] = 0.f;
+#pragma unroll
+  for (int s = 0; s < S - 2; ++s) {
+    if (s < nk) load_stage(s);
+    cp_async_commit();
+  }
+  int rd = 0, wr = S - 2;
+  for (int it = 0; it < nk; ++it) {
+    cp_async_wait<S - 3>();
+    // cp.async wrote through the generic proxy; wgmma reads through the async one.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (it + S - 2 < nk) load_stage(wr);
+    cp_async_commit();
+    wr = wr == S - 1 ? 0 : wr + 1;
+    const uint32_t sa = sbase + rd * Tr::kStageBytes, sb = sa + BK * Tr::RA;
+    rd = rd == S - 1 ? 0 : rd + 1;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks)
+#pragma unroll
+      for (int s = 0; s < MS; ++s)
+        WgmmaMN<T, 128>::run(acc[s], tw_mn_desc(sb + s * kBlk + ks * 2048, kBlk),
+                             tw_mn_desc(sa + wg * 2 * kBlk + ks * 2048, kBlk));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  cp_async_wait<0>();
+
+  // D fragment: row ci = slab*64 + 16*(warp % 4) + lane/4 (+8 for e & 2), column
+  // 128 wg + 8 j + 2 (lane % 4) (+1 for e & 1), register 4 j + e.
+  float* ws = static_cast<float*>(prm.workspace) +
+              (int64_t(blockIdx.y) * prm.p.groups + g) * int64_t(Mt) * Cig;
+#pragma unroll
+  for (int s = 0; s < MS; ++s)
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ci = n0 + s * 64 + (warp & 3) * 16 + (lane >> 2) + (e >> 1) * 8;
+        const int m = m0 + wg * 128 + j * 8 + 2 * (lane & 3) + (e & 1);
+        if (ci < Cig && m < Mt) ws[int64_t(m) * Cig + ci] = acc[s][4 * j + e];
+      }
 }
 
 template <class Tr, bool kXN>
@@ -90,7 +174,7 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
   constexpr int kStage = kXN ? Tr::kStageBytesXN : Tr::kStageBytes;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t sraw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t sbase = (sraw + 127u) & ~127u;
+  const uint32_t sbase = (sraw + uint32_t(Tr::kAlign - 1)) & ~uint32_t(Tr::kAlign - 1);
 
   const Problem& p = prm.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -207,6 +291,11 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
     iy += step_y;
     if (iy >= H) { iy -= H; gofs += CY; }
   };
+
+  if constexpr (Tr::kWg) {
+    tw_wg_main<Tr>(load_stage, prm, nk, sbase, m0, n0, g, Mt, Cig);
+    return;
+  }
 
   // ---- fragment addresses within a stage (k-step 0; a k-step adds rows) ----------
   const int wm = warp % Tr::WARPS_M, wn = warp / Tr::WARPS_M;
@@ -387,31 +476,51 @@ template <typename T> using TwTall = TwTraits<T, 256, 64, 4, 2, sizeof(T) == 4 ?
 // 64x64 warp tiles (4 warps): fewer fragment loads per mma, fewer blocks per SM.
 template <typename T> using TwBigTall = TwTraits<T, 256, 64, 4, 1, sizeof(T) == 4 ? 16 : 32, 3, false>;
 template <typename T> using TwBigWide = TwTraits<T, 128, 128, 2, 2, sizeof(T) == 4 ? 16 : 32, 4, false>;
+// wgmma (16-bit, sm_90a): 256 (tap, co) x 64 / 128 ci; BK 32 with 5 stages or BK 64 with 4.
+template <typename T> using TwWg64 = TwTraits<T, 256, 64, 8, 1, 32, 5, false, true>;
+template <typename T> using TwWg128 = TwTraits<T, 256, 128, 8, 1, 32, 5, false, true>;
+template <typename T> using TwWg64K = TwTraits<T, 256, 64, 8, 1, 64, 4, false, true>;
+template <typename T> using TwWg128K = TwTraits<T, 256, 128, 8, 1, 64, 4, false, true>;
 
 // An explicit tile (0..kTcWgradTiles-1, from autotuning) or CONVT2D_TW_TILE =
 // narrow | wide | tall | bigtall | bigwide (A/B timing) overrides the heuristic.
-enum class TwTile { kNarrow, kWide, kTall, kBigTall, kBigWide, kSplit };
+enum class TwTile { kNarrow, kWide, kTall, kBigTall, kBigWide, kSplit, kWg64, kWg128, kWg64K,
+                    kWg128K, kCount };
 static_assert(int(TwTile::kSplit) == kTcWgradTiles, "tile count");
-TwTile tw_tile(const Problem& p, DType dt, MathMode math, int tile) {
+bool tw_is_wg(TwTile t) { return t >= TwTile::kWg64 && t <= TwTile::kWg128K; }
+TwTile tw_tile(const Problem& p, DType dt, MathMode math, int tile, bool xn) {
   if (dt == DType::kFloat && math == MathMode::kIEEE) return TwTile::kSplit;
   if (tile >= 0 && tile < kTcWgradTiles) return TwTile(tile);
-  if (const char* e = std::getenv("CONVT2D_TW_TILE")) {
+  // The wgmma kernel: 16-bit, x channels-last, sm_90a build on a 9.0 device.
+  const bool wg_ok = dt != DType::kFloat && !xn && wgmma_device();
+  const char* e = std::getenv("CONVT2D_TW_TILE");
+  if (e) {
     if (!std::strcmp(e, "narrow")) return TwTile::kNarrow;
     if (!std::strcmp(e, "wide")) return TwTile::kWide;
     if (!std::strcmp(e, "tall")) return TwTile::kTall;
     if (!std::strcmp(e, "bigtall")) return TwTile::kBigTall;
     if (!std::strcmp(e, "bigwide")) return TwTile::kBigWide;
+    if (wg_ok && !std::strcmp(e, "wg64")) return TwTile::kWg64;
+    if (wg_ok && !std::strcmp(e, "wg128")) return TwTile::kWg128;
+    if (wg_ok && !std::strcmp(e, "wg64k")) return TwTile::kWg64K;
+    if (wg_ok && !std::strcmp(e, "wg128k")) return TwTile::kWg128K;
   }
+  if (wg_ok && !(e && !std::strcmp(e, "nowg")) && p.kh * p.kw * p.cout_g() >= 128)
+    return p.cin_g() > 64 ? TwTile::kWg128 : TwTile::kWg64;
   // Measured on the suite (docs/perf-notes.md, v3.2): 64x64 warp tiles win in
   // every dtype; 128 channels of ci per tile once there are that many.
   return p.cin_g() > 64 ? TwTile::kBigWide : TwTile::kBigTall;
 }
 struct TwShape { int bm, bn, bk; };
-TwShape tw_shape(const Problem& p, DType dt, MathMode math, int tile) {
+TwShape tw_shape(const Problem& p, DType dt, MathMode math, int tile, bool xn) {
   const int bk = dt == DType::kFloat ? 16 : 32;
-  switch (tw_tile(p, dt, math, tile)) {
+  switch (tw_tile(p, dt, math, tile, xn)) {
     case TwTile::kWide: case TwTile::kBigWide: return {128, 128, bk};
     case TwTile::kTall: case TwTile::kBigTall: return {256, 64, bk};
+    case TwTile::kWg64: return {256, 64, 32};
+    case TwTile::kWg128: return {256, 128, 32};
+    case TwTile::kWg64K: return {256, 64, 64};
+    case TwTile::kWg128K: return {256, 128, 64};
     default: return {128, 64, bk};
   }
 }
@@ -461,7 +570,15 @@ cudaError_t run_tw_x(const WgradParams& prm, cudaStream_t st) {
 }
 template <class Tr>
 cudaError_t run_tw(const WgradParams& prm, cudaStream_t st) {
-  return prm.x_nchw ? run_tw_x<Tr, true>(prm, st) : run_tw_x<Tr, false>(prm, st);
+  if constexpr (Tr::kWg) {  // channels-last x only (tw_tile)
+#if defined(CONVT2D_WGMMA)
+    return prm.x_nchw ? cudaErrorInvalidValue : run_tw_x<Tr, false>(prm, st);
+#else
+    return cudaErrorInvalidValue;
+#endif
+  } else {
+    return prm.x_nchw ? run_tw_x<Tr, true>(prm, st) : run_tw_x<Tr, false>(prm, st);
+  }
 }
 
 // Resident blocks per SM of the kernel launch_tc_wgrad would run (0 on error).
@@ -478,11 +595,19 @@ int tw_occupancy() {
 }
 template <class Tr>
 int tw_occupancy(bool xn) {
-  return xn ? tw_occupancy<Tr, true>() : tw_occupancy<Tr, false>();
+  if constexpr (Tr::kWg) {
+#if defined(CONVT2D_WGMMA)
+    return xn ? 0 : tw_occupancy<Tr, false>();
+#else
+    return 0;
+#endif
+  } else {
+    return xn ? tw_occupancy<Tr, true>() : tw_occupancy<Tr, false>();
+  }
 }
 int tw_occupancy(TwTile tile, DType dt, bool xn) {
   // Cached per (tile, dtype, x layout): a property of the kernel and the device type.
-  static std::atomic<int> cache[int(TwTile::kSplit) + 1][4][2];
+  static std::atomic<int> cache[int(TwTile::kCount)][4][2];
   static std::once_flag init;
   std::call_once(init, [] {
     for (auto& row : cache)
@@ -499,8 +624,18 @@ int tw_occupancy(TwTile tile, DType dt, bool xn) {
       case TwTile::kBigTall: return tw_occupancy<TwBigTall<T>>(xn);
       case TwTile::kBigWide: return tw_occupancy<TwBigWide<T>>(xn);
       case TwTile::kSplit: return tw_occupancy<TwSplit>(xn);
-      default: return tw_occupancy<TwNarrow<T>>(xn);
+      default: break;
     }
+    if constexpr (sizeof(T) == 2) {
+      switch (tile) {
+        case TwTile::kWg64: return tw_occupancy<TwWg64<T>>(xn);
+        case TwTile::kWg128: return tw_occupancy<TwWg128<T>>(xn);
+        case TwTile::kWg64K: return tw_occupancy<TwWg64K<T>>(xn);
+        case TwTile::kWg128K: return tw_occupancy<TwWg128K<T>>(xn);
+        default: break;
+      }
+    }
+    return tw_occupancy<TwNarrow<T>>(xn);
   };
   int v = 0;
   switch (dt) {
@@ -555,7 +690,7 @@ bool tc_wgrad_supported(const WgradParams& prm, DType dt) {
 
 TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile,
                           bool x_nchw) {
-  const TwShape s = tw_shape(p, dt, math, tile);
+  const TwShape s = tw_shape(p, dt, math, tile, x_nchw);
   const int64_t Mt = p.kh * p.kw * p.cout_g();
   const int64_t tiles = ((Mt + s.bm - 1) / s.bm) * ((p.cin_g() + s.bn - 1) / s.bn) * p.groups;
   const int64_t K = p.N * p.H * p.W;
@@ -567,12 +702,16 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
   // 300 / 150 / 50 TFLOP/s (16-bit / tf32 / 3xTF32) against 3 TB/s. Limits:
   // each split at least 16 k-tiles, each fp32 partial sum at most 2^20 pixels,
   // workspace at most 256 MiB. CONVT2D_TW_BLOCKS_PER_SM overrides the residency.
-  int per_sm = tw_occupancy(tw_tile(p, dt, math, tile), dt, x_nchw);
+  const TwTile tt = tw_tile(p, dt, math, tile, x_nchw);
+  int per_sm = tw_occupancy(tt, dt, x_nchw);
   if (const char* e = std::getenv("CONVT2D_TW_BLOCKS_PER_SM")) per_sm = std::atoi(e);
   if (per_sm <= 0) per_sm = 2;
   const int64_t cap = int64_t(per_sm) * num_sms;
   const int64_t slice = p.groups * Mt * p.cin_g();
-  const double rate = dt != DType::kFloat ? 300e12 : math == MathMode::kIEEE ? 50e12 : 150e12;
+  const double rate = tw_is_wg(tt)              ? 500e12
+                      : dt != DType::kFloat       ? 300e12
+                      : math == MathMode::kIEEE   ? 50e12
+                                                  : 150e12;
   const double t_ktile = double(cap) * 2.0 * s.bm * s.bn * s.bk / rate;  // one k-tile, one wave
   const double t_split = double(slice) * 8.0 / 3e12;
   const int64_t s_min = std::max<int64_t>(1, (ktiles + ((int64_t(1) << 20) / s.bk) - 1) /
@@ -595,7 +734,7 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
 }
 
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st) {
-  const TwTile tile = tw_tile(prm.p, dt, math, prm.tile);
+  const TwTile tile = tw_tile(prm.p, dt, math, prm.tile, prm.x_nchw);
   auto run16 = [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
     switch (tile) {
@@ -604,8 +743,18 @@ cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cud
       case TwTile::kBigTall: return run_tw<TwBigTall<T>>(prm, st);
       case TwTile::kBigWide: return run_tw<TwBigWide<T>>(prm, st);
       case TwTile::kSplit: return run_tw<TwSplit>(prm, st);
-      default: return run_tw<TwNarrow<T>>(prm, st);
+      default: break;
     }
+    if constexpr (sizeof(T) == 2) {
+      switch (tile) {
+        case TwTile::kWg64: return run_tw<TwWg64<T>>(prm, st);
+        case TwTile::kWg128: return run_tw<TwWg128<T>>(prm, st);
+        case TwTile::kWg64K: return run_tw<TwWg64K<T>>(prm, st);
+        case TwTile::kWg128K: return run_tw<TwWg128K<T>>(prm, st);
+        default: break;
+      }
+    }
+    return run_tw<TwNarrow<T>>(prm, st);
   };
   switch (dt) {
     case DType::kHalf: return run16(__half());

@@ -450,7 +450,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
             };
             int tile = -1;
             if (autotune_on() && math != MathMode::kIEEE) {
-              std::vector<int> tiles;
+              // -1: the heuristic's choice, which is the wgmma kernel where it applies
+              // (not one of the numbered mma.sync tiles).
+              std::vector<int> tiles{-1};
               for (int t = 0; t < cuda::kTcWgradTiles; ++t) tiles.push_back(t);
               tile = autotune(tune_key("wgrad", p, dt, math, input, false), tiles, run, st);
             }

@@ -3,32 +3,16 @@ python scripts/breakdown.py [rows...]   (BD_DTYPES=bf16,fp32; BD_PASSES=fwd,bwd)
 bwd = grads of x and w, as the bench times it."""
 import os
 import sys
-from collections import defaultdict
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import convt2d  # noqa: F401
-from suite_rows import call_pair, suite_inputs
+from suite_rows import call_pair, kernel_times, suite_inputs
 
 rows = sys.argv[1:]
 dts = os.environ.get("BD_DTYPES", "bf16,fp32").split(",")
 passes = os.environ.get("BD_PASSES", "fwd,bwd").split(",")
 REP = 10
-
-
-def kernels(fn):
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(REP):
-            fn()
-        torch.cuda.synchronize()
-    agg = defaultdict(float)
-    for e in prof.events():
-        if e.device_type.name == "CUDA":
-            agg[e.name[:90]] += e.device_time / 1e3 / REP  # ms per call
-    return sorted(agg.items(), key=lambda kv: -kv[1])
 
 
 for cfg, dn, x, w, gy in suite_inputs(rows, dts):
@@ -37,7 +21,7 @@ for cfg, dn, x, w, gy in suite_inputs(rows, dts):
         for ps in passes:
             ft, fo = call_pair(cfg, x, w, gy, None if ps == "fwd" else mask)
             for side, fn in (("torch", ft), ("ours", fo)):
-                ks = kernels(fn)
+                ks = kernel_times(fn, REP)
                 tot = sum(v for _, v in ks)
                 print(f"== {cfg.name} {dn} {ps} {side}: {tot:.3f} ms (sum of kernels)")
                 for k, v in ks[:8]:

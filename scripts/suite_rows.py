@@ -1,5 +1,8 @@
 """Inputs of the suite rows for the GPU timing scripts (env_ab.py, bwd_split.py, breakdown.py)."""
+from collections import defaultdict
+
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 import convt2d  # noqa: F401  (registers torch.ops.convt2d)
 from convt2d.bench import SUITE
@@ -42,3 +45,19 @@ def call_pair(cfg, x, w, gy, mask=None):
                 gy, x, w, None, stride, padding, dilation, True, output_padding, groups, mask),
             lambda: torch.ops.convt2d.backward(
                 gy, x, w, stride, padding, output_padding, groups, dilation, mask))
+
+
+def kernel_times(fn, rep=10):
+    """[(kernel name[:90], ms per call)] of fn's CUDA kernels, slowest first (torch.profiler over
+    rep calls after one warm-up call)."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(rep):
+            fn()
+        torch.cuda.synchronize()
+    agg = defaultdict(float)
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            agg[e.name[:90]] += e.device_time / 1e3 / rep
+    return sorted(agg.items(), key=lambda kv: -kv[1])

@@ -520,12 +520,7 @@ bool tc_halo_supported(const IgemmParams& prm, DType dt, MathMode math) {
   const bool split = dt == DType::kFloat && math == MathMode::kIEEE;
   const HaloShape h = halo_shape(prm);
   if (h.max_xt > kHaloMaxReach || h.max_ntap_x < (split ? 1 : 2)) return false;
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
+  return wgmma_device();
 #else
   (void)prm; (void)dt; (void)math;
   return false;

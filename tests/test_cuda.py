@@ -559,6 +559,7 @@ def test_grad_weight_nchw_x(cfg, dtype, tile, monkeypatch):
     monkeypatch.setenv("CONVT2D_TW_TILE", tile)
     monkeypatch.setenv("CONVT2D_BWD_GATHER", "0")
     monkeypatch.setenv("CONVT2D_WGRAD_XCOPY", "0")
+    monkeypatch.setenv("CONVT2D_WGRAD_KM", "0")  # the mma.sync kernel, not tc_wgrad_km
     dt = {"bf16": torch.bfloat16}.get(dtype, torch.float32)
     x, w, b = cfg.make(dt, "cuda")
     k = cfg.kwargs()
@@ -576,6 +577,70 @@ def test_grad_weight_nchw_x(cfg, dtype, tile, monkeypatch):
         monkeypatch.setenv("CONVT2D_WGRAD_XCOPY", "0")
         assert copies() == 1
         check(x, w, b, k, what=f"nchw x {tile} {dtype} ")
+
+
+# grad_weight on wgmma from the NCHW tensors (tc_wgrad_km.cu; fp32: 3xTF32 with TF32 off, TF32
+# with CONVT2D_WGRAD_KM=1): row widths that are not whole 32-pixel tiles nor multiples of 4
+# (the padded-row copy), a channel tail in both GEMM dimensions (Cin 72 of two 64-ci tiles,
+# Cout 96 of two 64-co slabs), an odd item count (taps x slabs), vertical stride and
+# dilation, groups, 1x1 and a tap reach beyond the image.
+_WGRAD_KM_CFGS = [
+    Cfg(2, 64, 128, 20, 70, k=(3, 5), bias=False),
+    Cfg(3, 72, 96, 9, 33, k=3, stride=(2, 1), padding=1, dilation=(1, 2)),
+    Cfg(2, 32, 64, 16, 64, k=(2, 3), groups=2, padding=(0, 1), bias=False),
+    Cfg(3, 8, 8, 5, 4, k=1),
+    Cfg(1, 16, 8, 6, 12, k=(7, 9), padding=(1, 3), dilation=2, bias=False),
+]
+
+
+@pytest.mark.parametrize("mode", ["fp32-ieee", "fp32"])
+@pytest.mark.parametrize("cfg", _WGRAD_KM_CFGS, ids=lambda c: c.id())
+def test_grad_weight_km(cfg, mode, monkeypatch):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma kernels run on compute capability 9.0")
+    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
+    monkeypatch.setenv("CONVT2D_BWD_GATHER", "0")
+    if mode == "fp32":
+        monkeypatch.setenv("CONVT2D_WGRAD_KM", "1")
+    else:
+        monkeypatch.delenv("CONVT2D_WGRAD_KM", raising=False)
+    x, w, b = cfg.make(torch.float32, "cuda")
+    k = cfg.kwargs()
+    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
+            list(k["dilation"])]
+    gy = torch.randn(cfg.out_shape(), device="cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=mode == "fp32"):
+        names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
+                                                                 [False, True, False]))
+        assert any("tc_wgrad_km_kernel" in n for n in names), names
+        # only grad_weight asked: no channels-last copy of anything
+        assert not any("nchw_to_nhwc" in n for n in names), names
+        check(x, w, b, k, what=f"km {mode} ")
+
+
+@pytest.mark.parametrize("where", ["x", "gy"])
+def test_grad_weight_km_inf_gives_inf_not_nan(where):
+    """3xTF32 grad_weight with one +inf operand and positive other operand: the weights it
+    reaches are +inf (the cross terms inf * small are dropped, not NaN), the others finite."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma kernels run on compute capability 9.0")
+    x = torch.rand(2, 64, 12, 40, dtype=torch.float64) + 0.5
+    gy = torch.rand(2, 64, 14, 42, dtype=torch.float64) + 0.5
+    if where == "x":
+        x[1, 5, 6, 20] = float("inf")
+    else:
+        gy[0, 7, 3, 11] = float("inf")
+    w = torch.randn(64, 64, 3, 3, dtype=torch.float64)
+    ref = torch.ops.aten.convolution_backward(
+        gy, x, w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1, [False, True, False])[1]
+    with _tf32_off():
+        gw = torch.ops.convt2d.backward(gy.float().cuda(), x.float().cuda(), w.float().cuda(),
+                                        [1, 1], [0, 0], [0, 0], 1, [1, 1],
+                                        [False, True, False])[1]
+    assert not gw.isnan().any(), "NaN in grad_weight"
+    assert torch.equal(gw.isinf().cpu(), ref.isinf()) and (gw[gw.isinf()] > 0).all()
+    fin = ref.isfinite()
+    assert_close(gw[fin.cuda()], ref[fin].cuda(), torch.float32, "cuda", "finite weights")
 
 
 # torch.backends.cudnn.benchmark = True: the first call of a shape times every kernel choice

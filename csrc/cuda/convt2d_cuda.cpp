@@ -398,7 +398,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     const bool tc_wgrad = output_mask[1] && p.N > 0 && is_sm80_plus() && dt != DType::kDouble &&
                           std::strcmp(kernel_override(), "v1") != 0 && p.cin_g() % chunk == 0 &&
                           p.cout_g() % chunk == 0 && input.numel() > 0;
-    const at::Tensor gout = tc_wgrad ? to_channels_last(go, st) : go;
+    // fp32 grad_weight from the NCHW tensors themselves on Hopper wgmma (tc_wgrad_km.cu):
+    // taken for IEEE fp32 (3xTF32) where it applies; CONVT2D_WGRAD_KM=1 / 0: also for TF32
+    // / never (A/B).
+    const char* km_env = std::getenv("CONVT2D_WGRAD_KM");
+    const bool km = tc_wgrad && dt == DType::kFloat && p.sw == 1 &&
+                    (math == MathMode::kIEEE ? !(km_env && km_env[0] == '0')
+                                             : (km_env && km_env[0] == '1')) &&
+                    input.stride(3) == 1 && go.stride(3) == 1 && cuda::wgmma_device();
+    const at::Tensor gout = tc_wgrad && !(km && !output_mask[0]) ? to_channels_last(go, st) : go;
 
     if (output_mask[0]) {
       gi = at::empty(input.sizes(), input.options().memory_format(gi_format));
@@ -422,7 +430,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         prm.p = p;
         prm.gw = gw.data_ptr();
         bool done = false;
-        if (tc_wgrad) {
+        if (km) {
+          // TMA needs 16-byte row strides: rows whose width is not a multiple of 4 floats
+          // are copied into a padded buffer first.
+          auto rows16 = [](const at::Tensor& t) {
+            if (t.size(3) % 4 == 0 && t.stride(2) % 4 == 0 && t.stride(1) % 4 == 0 &&
+                t.stride(0) % 4 == 0)
+              return t;
+            auto buf = at::empty({t.size(0), t.size(1), t.size(2), (t.size(3) + 3) / 4 * 4},
+                                 t.options());
+            auto v = buf.narrow(3, 0, t.size(3));
+            v.copy_(t);
+            return v;
+          };
+          const at::Tensor xk = rows16(input), gk = rows16(go);
+          prm.x = ref(xk);
+          prm.gout = ref(gk);
+          if (cuda::tc_wgrad_km_supported(prm, dt)) {
+            const cuda::TcWgradPlan plan = cuda::tc_wgrad_km_plan(p, sms);
+            prm.splits = plan.splits;
+            prm.k_per_split = plan.k_per_split;
+            auto ws = at::empty({plan.ws_elems}, input.options().dtype(at::kFloat));
+            prm.workspace = ws.data_ptr();
+            check_launch(cuda::launch_tc_wgrad_km(prm, math, st), "grad_weight (wgmma, NCHW)");
+            done = true;
+          }
+        }
+        if (tc_wgrad && !done) {
           // NCHW x read as it is (K-major tiles, no channels-last copy) where that measured
           // faster: 1x1 problems (the tap gather's: unet bf16 grad_weight 0.156 -> 0.137 ms)
           // and few channels per group (seedD, 8: 0.583 -> 0.537). On seedA / seedB / dcgan
@@ -432,8 +466,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
           const char* xc = std::getenv("CONVT2D_WGRAD_XCOPY");
           const bool xn_pref = xc && *xc ? xc[0] == '0' : p.kh * p.kw == 1 || p.cin_g() < 32;
           prm.x_nchw = xn_pref && input.is_contiguous() && (p.H * p.W) % chunk == 0;
+          // (gout is NCHW here only when km was expected to take grad_weight and did not.)
+          const at::Tensor gcl = gout.is_same(go) && !go.is_contiguous(at::MemoryFormat::ChannelsLast)
+                                     ? to_channels_last(go, st)
+                                     : gout;
           prm.x = ref(input);
-          prm.gout = ref(gout);
+          prm.gout = ref(gcl);
           if (prm.x_nchw && !cuda::tc_wgrad_supported(prm, dt)) prm.x_nchw = false;
           const at::Tensor x2 = prm.x_nchw ? input : to_channels_last(input, st);
           prm.x = ref(x2);

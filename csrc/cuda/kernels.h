@@ -133,6 +133,19 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
                           bool x_nchw);
 constexpr int kTcWgradTiles = 5;
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
+// The fixed-order reduction of a [splits][G][kh*kw*Cog][Cig] fp32 workspace into
+// prm.gw (the tensor-core grad_weight kernels' second step), and its launch limits.
+bool tc_wgrad_reduce_fits(const Problem& p);
+cudaError_t launch_tc_wgrad_reduce(const WgradParams& prm, DType dt, cudaStream_t st);
+// grad_weight on Hopper wgmma from NCHW operands (tc_wgrad_km.cu; fp32: 3xTF32 with
+// MathMode::kIEEE, else TF32): x and grad_out read K-major (pixels contiguous) by TMA,
+// so neither needs a channels-last copy. Needs an sm_90a build on a 9.0 device, stride
+// 1 along W, x / grad_out with unit W stride, 16-byte aligned base and row / channel /
+// image strides (the glue pads rows whose W is not a multiple of 4). Its workspace
+// and split are sized by tc_wgrad_km_plan (k_per_split counts 32-pixel row tiles).
+bool tc_wgrad_km_supported(const WgradParams& prm, DType dt);
+TcWgradPlan tc_wgrad_km_plan(const Problem& p, int num_sms);
+cudaError_t launch_tc_wgrad_km(const WgradParams& prm, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
 // Shape conditions of the patch GEMM (bf16 / fp16 / fp32; compute capability 8.0+):
 // kh == sh and kw == sw (powers of two, kh*kw dividing 128), dilation 1, no padding or

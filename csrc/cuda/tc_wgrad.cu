@@ -733,6 +733,17 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
   return plan;
 }
 
+bool tc_wgrad_reduce_fits(const Problem& p) { return tw_reduce_fits(p); }
+
+cudaError_t launch_tc_wgrad_reduce(const WgradParams& prm, DType dt, cudaStream_t st) {
+  switch (dt) {
+    case DType::kHalf: return launch_tw_reduce<__half>(prm, st);
+    case DType::kBFloat16: return launch_tw_reduce<__nv_bfloat16>(prm, st);
+    case DType::kFloat: return launch_tw_reduce<float>(prm, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st) {
   const TwTile tile = tw_tile(prm.p, dt, math, prm.tile, prm.x_nchw);
   auto run16 = [&](auto tag) -> cudaError_t {

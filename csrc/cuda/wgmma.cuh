@@ -2,7 +2,9 @@
 // wgmma.mma_async wrappers: D[64xN] (f32, the warpgroup's fragment layout) += A * B,
 // A [64][K] and B [N][K] K-major in shared memory (descriptors); scale_d = 0 ignores
 // D's old value (D = A * B). WgmmaMN (16-bit types): both operands MN-major instead
-// (A [K][64], B [K][N], M / N contiguous; imm-trans-a = imm-trans-b = 1).
+// (A [K][64], B [K][N], M / N contiguous; imm-trans-a = imm-trans-b = 1). WgmmaRS
+// (tf32): A from registers, the m64k8 fragment (thread t of warp w: rows 16 w + t / 4
+// and + 8, columns t % 4 and + 4, as mma.sync m16n8k8), B K-major in shared memory.
 #pragma once
 #include <cstdint>
 #include <cuda_bf16.h>
@@ -12,6 +14,7 @@ namespace cuda {
 
 template <typename T, int N> struct Wgmma;
 template <typename T, int N> struct WgmmaMN;
+template <typename T, int N> struct WgmmaRS;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 template <> struct Wgmma<__nv_bfloat16, 64> {
@@ -194,6 +197,22 @@ template <> struct WgmmaMN<__half, 128> {
         : "l"(da), "l"(db), "r"(scale_d));
   }
 };
+template <> struct WgmmaRS<float, 64> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t (&a)[4], uint64_t db,
+                                             int scale_d = 1) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+  }
+};
 #else  // wgmma needs sm_90a: the kernels that use it are not launched otherwise
 template <> struct Wgmma<__nv_bfloat16, 64> {
   static __device__ __forceinline__ void run(float*, uint64_t, uint64_t, int = 1) { __trap(); }
@@ -224,6 +243,11 @@ template <> struct WgmmaMN<__half, 64> {
 };
 template <> struct WgmmaMN<__half, 128> {
   static __device__ __forceinline__ void run(float*, uint64_t, uint64_t, int = 1) { __trap(); }
+};
+template <> struct WgmmaRS<float, 64> {
+  static __device__ __forceinline__ void run(float*, const uint32_t (&)[4], uint64_t, int = 1) {
+    __trap();
+  }
 };
 #endif
 

@@ -1,4 +1,4 @@
-"""Run one suite row a few times (for ncu): python scripts/profile_rows.py seedA bf16
+"""Run one suite row a few times (for ncu): python scripts/profile_rows.py seedA bf16|fp16|fp32|ieee
 PROFILE_PASS=fwd (default) | gi | gw | bwd picks the forward or the backward gradients;
 PROFILE_SIDE=torch runs torch's forward instead."""
 import os
@@ -10,7 +10,8 @@ import convt2d
 from convt2d.bench import SUITE  # noqa: F401
 
 name, dt = sys.argv[1], {"fp32": torch.float32, "bf16": torch.bfloat16,
-                         "fp16": torch.float16}[sys.argv[2]]
+                         "fp16": torch.float16, "ieee": torch.float32}[sys.argv[2]]
+torch.backends.cudnn.allow_tf32 = sys.argv[2] != "ieee"  # ieee: fp32 with TF32 off
 cfg = {c.name: c for c in SUITE}[name]
 x = torch.randn(cfg.N, cfg.Cin, cfg.H, cfg.W, device="cuda", dtype=dt)
 w = torch.randn(cfg.Cin, cfg.Cout // cfg.groups, *cfg.k, device="cuda", dtype=dt)

@@ -618,25 +618,38 @@ def test_grad_weight_km(cfg, mode, monkeypatch):
         check(x, w, b, k, what=f"km {mode} ")
 
 
-@pytest.mark.parametrize("where", ["x", "gy"])
+@pytest.mark.parametrize("where", ["x", "gy", "x-nan"])
 def test_grad_weight_km_inf_gives_inf_not_nan(where):
     """3xTF32 grad_weight with one +inf operand and positive other operand: the weights it
-    reaches are +inf (the cross terms inf * small are dropped, not NaN), the others finite."""
+    reaches are +inf (the cross terms inf * small are dropped, not NaN), the others finite.
+    A NaN operand (payload in the low mantissa bits only, which truncation to TF32 would
+    turn into inf) gives NaN where it reaches."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma kernels run on compute capability 9.0")
     x = torch.rand(2, 64, 12, 40, dtype=torch.float64) + 0.5
     gy = torch.rand(2, 64, 14, 42, dtype=torch.float64) + 0.5
     if where == "x":
         x[1, 5, 6, 20] = float("inf")
-    else:
+    elif where == "gy":
         gy[0, 7, 3, 11] = float("inf")
     w = torch.randn(64, 64, 3, 3, dtype=torch.float64)
     ref = torch.ops.aten.convolution_backward(
         gy, x, w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1, [False, True, False])[1]
+    xf = x.float()
+    if where == "x-nan":
+        xf.view(torch.int32)[1, 5, 6, 20] = 0x7F800001  # NaN with payload bit 0 only
+        x[1, 5, 6, 20] = float("nan")
+        ref = torch.ops.aten.convolution_backward(
+            gy, x, w, None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1, [False, True, False])[1]
     with _tf32_off():
-        gw = torch.ops.convt2d.backward(gy.float().cuda(), x.float().cuda(), w.float().cuda(),
+        gw = torch.ops.convt2d.backward(gy.float().cuda(), xf.cuda(), w.float().cuda(),
                                         [1, 1], [0, 0], [0, 0], 1, [1, 1],
                                         [False, True, False])[1]
+    if where == "x-nan":
+        assert ref.isnan().any() and torch.equal(gw.isnan().cpu(), ref.isnan())
+        fin = ref.isfinite()
+        assert_close(gw[fin.cuda()], ref[fin].cuda(), torch.float32, "cuda", "other weights")
+        return
     assert not gw.isnan().any(), "NaN in grad_weight"
     assert torch.equal(gw.isinf().cpu(), ref.isinf()) and (gw[gw.isinf()] > 0).all()
     fin = ref.isfinite()

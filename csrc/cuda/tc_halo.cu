@@ -26,7 +26,8 @@
 // slots (2) and weight stages (SB).
 //
 // 3xTF32 (fp32 with TF32 off, kSplit): every operand is split into big + small
-// TF32 halves (split_tf32, round to nearest). The weight halves come split from
+// TF32 halves (the weight: split_tf32, round to nearest; the activation, in the loader:
+// split_tf32_trunc, truncation, fewer instructions). The weight halves come split from
 // global memory (prm.wpk_hi / wpk_lo, launch_split_tf32); the loader stages the
 // activation through registers and writes both halves of each halo row. Per
 // item (tap, channel tile) the consumers sum A_hi*B_lo + A_lo*B_hi + A_hi*B_hi
@@ -296,7 +297,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
 #pragma unroll
               for (int q = 0; q < 4; ++q) {
                 bad |= !(fabsf(__uint_as_float(hi[q])) < 0x1p60f);
-                split_tf32(hi[q], lo[q]);
+                split_tf32_trunc(hi[q], lo[q], bad);
               }
               const uint32_t d = sa + swz<CH>(r, sub + 2 * c);
               sts128(d, hi);

@@ -20,9 +20,10 @@
 // split the x box into big + small TF32 halves in shared memory), warpgroups 1 and 2 take
 // two items each: A from registers (the m64k8 fragments read from the swizzled box and,
 // with kSplit, split in registers), wgmma m64n64k8 RS.
-// 3xTF32 (kSplit): per k-tile A_lo*B_hi + A_hi*B_lo, then A_hi*B_hi, into a fresh
-// accumulator that is added to the total with IEEE fp32 adds (the tensor core's
-// truncating accumulation spans 12 k-steps). A k-tile with a non-finite operand runs
+// 3xTF32 (kSplit): operands split into big (truncated to TF32) + small halves; per k-tile
+// A_lo*B_hi + A_hi*B_lo, then A_hi*B_hi, into an accumulator that is added to the total
+// with IEEE fp32 adds every two k-tiles (the tensor core's truncating accumulation spans
+// 24 k-steps). A k-tile with a non-finite operand runs
 // big*big and the cross terms apart and drops the cross terms where big*big is not
 // finite (inf * small would be NaN), as the other 3xTF32 kernels do.
 // Split-K over blockIdx.y (k_per_split row tiles each) into the fp32 workspace
@@ -156,10 +157,7 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
                        : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
                        : "r"(st + q * 16));
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            bad |= !isfinite(__uint_as_float(v[e]));
-            split_tf32(v[e], sm[e]);
-          }
+          for (int e = 0; e < 4; ++e) split_tf32_trunc(v[e], sm[e], bad);
           sts128(st + q * 16, v);
           sts128(st + kKmBox + q * 16, sm);
         }
@@ -186,11 +184,19 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
                        ((kx * int(p.dw) - int(p.pw)) & 3) * 4);
   }
   using W = WgmmaRS<float, 64>;
-  float total[2][32];
+  float total[2][32], part[2][32];
+  bool pending = false;  // kSplit: part holds a k-tile not yet added to total
 #pragma unroll
   for (int j = 0; j < 2; ++j)
 #pragma unroll
     for (int e = 0; e < 32; ++e) total[j][e] = 0.f;
+  auto flush = [&]() {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 32; ++e) total[j][e] += part[j][e];
+    pending = false;
+  };
 
   for (int it = 0; it < nk; ++it) {
     const int s = it % S;
@@ -219,10 +225,7 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
 #pragma unroll
           for (int j = 0; j < 2; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              bad |= !isfinite(__uint_as_float(a[ks][j][e]));
-              split_tf32(a[ks][j][e], sm[ks][j][e]);
-            }
+            for (int e = 0; e < 4; ++e) split_tf32_trunc(a[ks][j][e], sm[ks][j][e], bad);
         bad |= (flags[s * 4 + 1] | flags[s * 4 + 2] | flags[s * 4 + 3]) != 0;
         int careful;
         asm volatile(
@@ -231,14 +234,13 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
             : "=r"(careful)
             : "r"(int(bad)), "r"(2 + cw)
             : "memory");
-        float part[2][32];
         if (!careful) {
           asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
           for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-              W::run(part[j], sm[ks][j], sw128_desc(xb + 32 * ks), ks > 0);
+              W::run(part[j], sm[ks][j], sw128_desc(xb + 32 * ks), ks > 0 || pending);
               W::run(part[j], a[ks][j], sw128_desc(xl + 32 * ks));
             }
 #pragma unroll
@@ -247,12 +249,12 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
             for (int j = 0; j < 2; ++j) W::run(part[j], a[ks][j], sw128_desc(xb + 32 * ks));
           asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
           asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e = 0; e < 32; ++e) total[j][e] += part[j][e];
+          // part sums two k-tiles (24 k-steps) before it goes into the total.
+          if (pending) flush();
+          else pending = true;
         } else {
           // big*big alone, then the cross terms where big*big is finite.
+          if (pending) flush();
           asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
           for (int ks = 0; ks < 4; ++ks)
@@ -297,6 +299,7 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
     __syncwarp();
     if (lane == 0) mbar_arrive(bar_empty + 8 * s);
   }
+  if (pending) flush();
 
   // D fragment of item j: row co = slab*64 + 16 wq + gq (+8 for e & 2), column
   // ci = ct*64 + 8 n + 2 tq (+1 for e & 1), register 4 n + e.

@@ -580,16 +580,22 @@ def test_grad_weight_nchw_x(cfg, dtype, tile, monkeypatch):
 
 
 # grad_weight on wgmma from the NCHW tensors (tc_wgrad_km.cu; fp32: 3xTF32 with TF32 off, TF32
-# with CONVT2D_WGRAD_KM=1): row widths that are not whole 32-pixel tiles nor multiples of 4
-# (the padded-row copy), a channel tail in both GEMM dimensions (Cin 72 of two 64-ci tiles,
-# Cout 96 of two 64-co slabs), an odd item count (taps x slabs), vertical stride and
-# dilation, groups, 1x1 and a tap reach beyond the image.
+# with CONVT2D_WGRAD_KM=1; at least 32 channels per group): row widths that are not whole
+# 32-pixel tiles nor multiples of 4 (the padded-row copy), a channel tail in both GEMM
+# dimensions (Cin 72 of two 64-ci tiles, Cout 96 / 40 of 64-co slabs), an odd item count
+# (taps x slabs), vertical stride and dilation, groups, 1x1, a tap reach beyond the image,
+# and strides along W (grad_out as stride-phase planes: whole planes, a ragged last plane,
+# stride 3 with output padding, stride with dilation).
 _WGRAD_KM_CFGS = [
     Cfg(2, 64, 128, 20, 70, k=(3, 5), bias=False),
     Cfg(3, 72, 96, 9, 33, k=3, stride=(2, 1), padding=1, dilation=(1, 2)),
-    Cfg(2, 32, 64, 16, 64, k=(2, 3), groups=2, padding=(0, 1), bias=False),
-    Cfg(3, 8, 8, 5, 4, k=1),
-    Cfg(1, 16, 8, 6, 12, k=(7, 9), padding=(1, 3), dilation=2, bias=False),
+    Cfg(2, 64, 128, 16, 64, k=(2, 3), groups=2, padding=(0, 1), bias=False),
+    Cfg(3, 32, 32, 5, 4, k=1),
+    Cfg(1, 32, 40, 6, 12, k=(7, 9), padding=(1, 3), dilation=2, bias=False),
+    Cfg(4, 64, 64, 16, 16, k=4, stride=2, padding=1, bias=False),
+    Cfg(2, 48, 32, 9, 11, k=3, stride=2, padding=1),
+    Cfg(2, 32, 48, 7, 13, k=3, stride=(1, 3), padding=(1, 2), output_padding=(0, 1)),
+    Cfg(2, 40, 32, 7, 10, k=3, stride=2, dilation=2, padding=2, bias=False),
 ]
 
 

@@ -402,7 +402,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     // taken for IEEE fp32 (3xTF32) where it applies; CONVT2D_WGRAD_KM=1 / 0: also for TF32
     // / never (A/B).
     const char* km_env = std::getenv("CONVT2D_WGRAD_KM");
-    const bool km = tc_wgrad && dt == DType::kFloat && p.sw == 1 &&
+    // (At least 32 channels per group on both sides: its tiles are 64 x 64 channels.)
+    const bool km = tc_wgrad && dt == DType::kFloat && p.cin_g() >= 32 && p.cout_g() >= 32 &&
                     (math == MathMode::kIEEE ? !(km_env && km_env[0] == '0')
                                              : (km_env && km_env[0] == '1')) &&
                     input.stride(3) == 1 && go.stride(3) == 1 && cuda::wgmma_device();
@@ -443,7 +444,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
             v.copy_(t);
             return v;
           };
-          const at::Tensor xk = rows16(input), gk = rows16(go);
+          const at::Tensor xk = rows16(input);
+          at::Tensor gk;
+          if (p.sw == 1) {
+            gk = rows16(go);
+          } else {
+            // grad_out as sw stride-phase planes [N][Cout][sw][Ho][Wq4] (plane r: columns
+            // r, r + sw, ...; rows padded to whole 16-byte chunks, zero past the data).
+            const int64_t s = p.sw, wq = (p.Wo + s - 1) / s, wq4 = (wq + 3) / 4 * 4;
+            const bool whole = wq * s == p.Wo && wq4 == wq && go.is_contiguous();
+            gk = whole ? at::empty({p.N, p.Cout, s, p.Ho, wq4}, go.options())
+                       : at::zeros({p.N, p.Cout, s, p.Ho, wq4}, go.options());
+            if (whole) {
+              gk.copy_(go.view({p.N, p.Cout, p.Ho, wq, s}).permute({0, 1, 4, 2, 3}));
+            } else {
+              for (int64_t r = 0; r < s && r < p.Wo; ++r) {
+                const at::Tensor src = go.slice(3, r, p.Wo, s);
+                gk.select(2, r).narrow(3, 0, src.size(3)).copy_(src);
+              }
+            }
+            prm.gout_sp = gk.stride(2);
+            gk = gk.select(2, 0).narrow(3, 0, wq);  // the plane-0 view: N, C, H, W strides
+          }
           prm.x = ref(xk);
           prm.gout = ref(gk);
           if (cuda::tc_wgrad_km_supported(prm, dt)) {

@@ -66,6 +66,10 @@ struct WgradParams {
   // tc_wgrad.cu: x is NCHW contiguous (not channels-last): its tiles are read K-major
   // (pixels contiguous), so the backward needs no channels-last copy of x.
   bool x_nchw = false;
+  // tc_wgrad_km.cu with sw > 1: gout holds grad_out as sw stride-phase planes
+  // [N][Cout][sw][Ho][ceil(Wo/sw)] (plane r: columns r, r + sw, ...; gout.sh / sc / sn the
+  // row / channel / image strides), gout_sp the stride between planes.
+  int64_t gout_sp = 0;
 };
 
 // grad_weight on tensor cores (tc_wgrad.cu): grad_out read channels-last (sc == 1,
@@ -139,9 +143,10 @@ bool tc_wgrad_reduce_fits(const Problem& p);
 cudaError_t launch_tc_wgrad_reduce(const WgradParams& prm, DType dt, cudaStream_t st);
 // grad_weight on Hopper wgmma from NCHW operands (tc_wgrad_km.cu; fp32: 3xTF32 with
 // MathMode::kIEEE, else TF32): x and grad_out read K-major (pixels contiguous) by TMA,
-// so neither needs a channels-last copy. Needs an sm_90a build on a 9.0 device, stride
-// 1 along W, x / grad_out with unit W stride, 16-byte aligned base and row / channel /
-// image strides (the glue pads rows whose W is not a multiple of 4). Its workspace
+// so neither needs a channels-last copy (with sw > 1 grad_out comes as stride-phase
+// planes, WgradParams::gout_sp). Needs an sm_90a build on a 9.0 device, x / grad_out with
+// unit W stride, 16-byte aligned base and other strides (the glue pads rows whose width
+// is not a multiple of 4). Its workspace
 // and split are sized by tc_wgrad_km_plan (k_per_split counts 32-pixel row tiles).
 bool tc_wgrad_km_supported(const WgradParams& prm, DType dt);
 TcWgradPlan tc_wgrad_km_plan(const Problem& p, int num_sms);

@@ -144,7 +144,13 @@ struct SplitMma {
   // (cvt.rna: a finite test and an add per element, 48 of ~100 instructions per k-step
   // of a warp) made the issue-bound patch GEMM slower (unet fp32, ncu: IPC 2.48).
   static __device__ __forceinline__ void operand(uint32_t& x, uint32_t& small) {
-    if constexpr (kSplit) split_tf32(x, small);
+    if constexpr (kSplit) {
+      const bool fin = (x & 0x7f800000u) != 0x7f800000u;
+      small = fin ? __float_as_uint(__uint_as_float(x) - __uint_as_float(x & 0xffffe000u)) : 0u;
+      // inf stays inf; a NaN stays NaN (its quiet bit set: truncating the payload of a
+      // signalling NaN could make it inf).
+      x = fin ? (x & 0xffffe000u) : (x & 0x007fffffu) ? (x | 0x00400000u) : x;
+    }
   }
   __device__ __forceinline__ void mma(float (&acc)[MI][NI][4], int i, int j, const uint32_t (&a)[4],
                                       const uint32_t (&as)[4], const uint32_t (&b)[2],

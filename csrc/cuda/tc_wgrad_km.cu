@@ -2,11 +2,14 @@
 //
 // Mapping (the WgradParams GEMM with its operands K-major): per group g
 //   C[m][ci] = sum over input pixels k = (img, iy, ix) of A[m][k] * B[ci][k]
-//   m = tap * Cog + co,  A[m][k] = grad_out[img, g*Cog + co, iy*sh - ph + ky*dh, ix - pw + kx*dw]
+//   m = tap * Cog + co,  A[m][k] = grad_out[img, g*Cog + co, iy*sh - ph + ky*dh, ix*sw - pw + kx*dw]
 //   B[ci][k] = x[img, g*Cig + ci, iy, ix]
 // With stride 1 along W, a k-tile of 32 consecutive ix of one input row is, for every
 // channel, 32 consecutive floats of x and (shifted by the tap) of grad_out: one 128-byte
-// row. So both operands are K-major straight from NCHW memory, the layout tf32 wgmma
+// row. With sw > 1 the glue hands grad_out over as sw stride-phase planes
+// [N][Cout][sw][Ho][Wq] (plane r holds columns r, r + sw, ...): tap kx reads plane
+// r = (kx*dw - pw) mod sw at column ix + floor((kx*dw - pw) / sw), again 32 consecutive
+// floats. So both operands are K-major straight from NCHW memory, the layout tf32 wgmma
 // needs, and TMA copies them (4-D tiled boxes of pixels x 1 row x 64 channels x 1 image,
 // zero-filled outside the tensor, which is exactly the conv's zero padding). x's boxes (32
 // pixels, the wgmma B operand) land in the 128-byte swizzle. A tap's grad_out window starts
@@ -48,7 +51,8 @@ constexpr int kKmGBox = 64 * kKmGRow * 4;
 constexpr int kKmItems = 4;        // (tap, co slab) items per block, two per consumer
 
 struct KmArgs {
-  CUtensorMap x, g;  // x (W, H, Cin, N), box 32 x 1 x 64 x 1; grad_out (Wo, Ho, Cout, N), 36 x ...
+  CUtensorMap x, g;  // x (W, H, Cin, N), box 32 x 1 x 64 x 1; grad_out (Wq, Ho, sw, Cout, N),
+                     // box 36 x 1 x 1 x 64 x 1
   WgradParams prm;
   int nitems, nslab, ctiles, tw;  // items (kh*kw*nslab), co slabs, ci tiles, row tiles per row
   int64_t kt_total;               // N * H * tw
@@ -68,6 +72,12 @@ struct KmTraits {
 };
 
 #if defined(CONVT2D_WGMMA)
+// A tap's column offset d = kx*dw - pw as d = tq * sw + r, 0 <= r < sw (plane r, shift tq).
+__device__ __forceinline__ void km_phase(int d, int sw, int& tq, int& r) {
+  tq = d >= 0 ? d / sw : -((-d + sw - 1) / sw);
+  r = d - tq * sw;
+}
+
 // One 4-register m64k8 fragment (k-step ks) of a grad_out box: rows r, r + 8, columns
 // 8 ks + t and + 4; row0 = the address of row r at the window's first pixel.
 __device__ __forceinline__ void km_frag(uint32_t (&a)[4], uint32_t row0, int t, int ks) {
@@ -137,9 +147,10 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
           if (i >= args.nitems) break;
           const int slab = i % args.nslab, tap = i / args.nslab;
           const int ky = tap / kw, kx = tap - ky * kw;
-          tma_load_4d(st + Tr::kGOff + j * kKmGBox, &args.g, fb,
-                      (xc - int(p.pw) + kx * int(p.dw)) & ~3,
-                      iy * int(p.sh) - int(p.ph) + ky * int(p.dh), g * Cog + slab * 64, img);
+          int tq, r;
+          km_phase(kx * int(p.dw) - int(p.pw), int(p.sw), tq, r);
+          tma_load_5d(st + Tr::kGOff + j * kKmGBox, &args.g, fb, (xc + tq) & ~3,
+                      iy * int(p.sh) - int(p.ph) + ky * int(p.dh), r, g * Cog + slab * 64, img);
         }
       }
     } else if constexpr (kSplit) {
@@ -180,8 +191,9 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int tap = (i0 + j) / args.nslab, kx = tap % kw;
-    arow[j] = uint32_t(Tr::kGOff + (2 * cw + j) * kKmGBox + r0 * kKmGRow * 4 +
-                       ((kx * int(p.dw) - int(p.pw)) & 3) * 4);
+    int tq, r;
+    km_phase(kx * int(p.dw) - int(p.pw), int(p.sw), tq, r);
+    arow[j] = uint32_t(Tr::kGOff + (2 * cw + j) * kKmGBox + r0 * kKmGRow * 4 + (tq & 3) * 4);
   }
   using W = WgmmaRS<float, 64>;
   float total[2][32], part[2][32];
@@ -343,13 +355,16 @@ bool km_ref_ok(const TensorRef& t, int64_t N, int64_t C, int64_t H, int64_t W) {
 bool tc_wgrad_km_supported(const WgradParams& prm, DType dt) {
 #if defined(CONVT2D_WGMMA)
   const Problem& p = prm.p;
-  if (dt != DType::kFloat || !wgmma_device() || p.sw != 1 || p.N <= 0) return false;
+  if (dt != DType::kFloat || !wgmma_device() || p.sw < 1 || p.sw > 64 || p.N <= 0) return false;
+  if (p.sw > 1 && !(prm.gout_sp > 0 && prm.gout_sp % 4 == 0 && prm.gout_sp < (int64_t(1) << 37)))
+    return false;
   const int64_t kt = p.N * p.H * km_row_tiles(p);
   // Tap coordinates in 32-bit ints; a split's pixel count and the epilogue's int math.
   const int64_t reach = p.ph + p.pw + p.dh * p.kh + p.dw * p.kw;
-  return km_ref_ok(prm.x, p.N, p.Cin, p.H, p.W) && km_ref_ok(prm.gout, p.N, p.Cout, p.Ho, p.Wo) &&
+  return km_ref_ok(prm.x, p.N, p.Cin, p.H, p.W) &&
+         km_ref_ok(prm.gout, p.N, p.Cout, p.Ho, (p.Wo + p.sw - 1) / p.sw) &&
          p.cin_g() % 2 == 0 && kt < (int64_t(1) << 31) - 1 && km_grid_x(p) < 0x7fffffffLL &&
-         p.H * p.sh + reach < (int64_t(1) << 30) && p.W + reach < (int64_t(1) << 30) &&
+         p.H * p.sh + reach < (int64_t(1) << 30) && p.W * p.sw + reach < (int64_t(1) << 30) &&
          p.kh * p.kw * p.cout_g() < (int64_t(1) << 30) && tc_wgrad_reduce_fits(p);
 #else
   (void)prm;
@@ -402,21 +417,31 @@ cudaError_t launch_tc_wgrad_km(const WgradParams& prm, MathMode math, cudaStream
   args.ctiles = int((p.cin_g() + 63) / 64);
   args.tw = int(km_row_tiles(p));
   args.kt_total = p.N * p.H * args.tw;
-  auto encode = [&](CUtensorMap* m, const TensorRef& t, int64_t C, int64_t H, int64_t W,
-                    bool swz) {
-    const cuuint64_t dim[4] = {cuuint64_t(W), cuuint64_t(H), cuuint64_t(C), cuuint64_t(p.N)};
+  const cuuint32_t estr[5] = {1, 1, 1, 1, 1};
+  const auto fl = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  {  // x: (W, H, Cin, N), 32-pixel boxes in the 128-byte swizzle
+    const TensorRef& t = prm.x;
+    const cuuint64_t dim[4] = {cuuint64_t(p.W), cuuint64_t(p.H), cuuint64_t(p.Cin), cuuint64_t(p.N)};
     const cuuint64_t stride[3] = {cuuint64_t(t.sh * 4), cuuint64_t(t.sc * 4), cuuint64_t(t.sn * 4)};
-    const cuuint32_t box[4] = {swz ? 32u : cuuint32_t(kKmGRow), 1, 64, 1};
-    const cuuint32_t estr[4] = {1, 1, 1, 1};
-    return enc(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, t.ptr, dim, stride, box, estr,
-               CU_TENSOR_MAP_INTERLEAVE_NONE,
-               swz ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
-           CUDA_SUCCESS;
-  };
-  if (!encode(&args.x, prm.x, p.Cin, p.H, p.W, true) ||
-      !encode(&args.g, prm.gout, p.Cout, p.Ho, p.Wo, false))
-    return cudaErrorInvalidValue;
+    const cuuint32_t box[4] = {32, 1, 64, 1};
+    if (enc(&args.x, fl, 4, t.ptr, dim, stride, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return cudaErrorInvalidValue;
+  }
+  {  // grad_out: (Wq, Ho, sw phase planes, Cout, N), 36-pixel boxes, no swizzle
+    const TensorRef& t = prm.gout;
+    const int64_t sp = p.sw > 1 ? prm.gout_sp : t.sc;  // (one plane: any valid stride)
+    const cuuint64_t dim[5] = {cuuint64_t((p.Wo + p.sw - 1) / p.sw), cuuint64_t(p.Ho),
+                               cuuint64_t(p.sw), cuuint64_t(p.Cout), cuuint64_t(p.N)};
+    const cuuint64_t stride[4] = {cuuint64_t(t.sh * 4), cuuint64_t(sp * 4), cuuint64_t(t.sc * 4),
+                                  cuuint64_t(t.sn * 4)};
+    const cuuint32_t box[5] = {cuuint32_t(kKmGRow), 1, 1, 64, 1};
+    if (enc(&args.g, fl, 5, t.ptr, dim, stride, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return cudaErrorInvalidValue;
+  }
   const int64_t gx = km_grid_x(p);
   auto launch = [&](auto kern, int smem) {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

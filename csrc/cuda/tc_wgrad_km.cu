@@ -246,34 +246,40 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
             : "=r"(careful)
             : "r"(int(bad)), "r"(2 + cw)
             : "memory");
-        if (!careful) {
-          asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        // The cross terms A_lo*B_hi + A_hi*B_lo and big*big A_hi*B_hi of this k-tile into
+        // part (keep: add to what part holds).
+        auto cross = [&](bool keep) {
 #pragma unroll
           for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-              W::run(part[j], sm[ks][j], sw128_desc(xb + 32 * ks), ks > 0 || pending);
+              W::run(part[j], sm[ks][j], sw128_desc(xb + 32 * ks), ks > 0 || keep);
               W::run(part[j], a[ks][j], sw128_desc(xl + 32 * ks));
             }
+        };
+        auto big = [&](bool keep) {
 #pragma unroll
           for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
-            for (int j = 0; j < 2; ++j) W::run(part[j], a[ks][j], sw128_desc(xb + 32 * ks));
+            for (int j = 0; j < 2; ++j)
+              W::run(part[j], a[ks][j], sw128_desc(xb + 32 * ks), ks > 0 || keep);
+        };
+        auto run_wait = [&](auto&& issue) {
+          asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+          issue();
           asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
           asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        };
+        if (!careful) {
+          // Cross terms first (small values), big*big last.
+          run_wait([&] { cross(pending); big(true); });
           // part sums two k-tiles (24 k-steps) before it goes into the total.
           if (pending) flush();
           else pending = true;
         } else {
           // big*big alone, then the cross terms where big*big is finite.
           if (pending) flush();
-          asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) W::run(part[j], a[ks][j], sw128_desc(xb + 32 * ks), ks > 0);
-          asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-          asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+          run_wait([&] { big(false); });
           uint64_t fin = 0;
 #pragma unroll
           for (int j = 0; j < 2; ++j)
@@ -282,16 +288,7 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
               total[j][e] += part[j][e];
               if (isfinite(part[j][e])) fin |= uint64_t(1) << (j * 32 + e);
             }
-          asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              W::run(part[j], sm[ks][j], sw128_desc(xb + 32 * ks), ks > 0);
-              W::run(part[j], a[ks][j], sw128_desc(xl + 32 * ks));
-            }
-          asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-          asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+          run_wait([&] { cross(false); });
 #pragma unroll
           for (int j = 0; j < 2; ++j)
 #pragma unroll

@@ -191,9 +191,9 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int tap = (i0 + j) / args.nslab, kx = tap % kw;
-    int tq, r;
-    km_phase(kx * int(p.dw) - int(p.pw), int(p.sw), tq, r);
-    arow[j] = uint32_t(Tr::kGOff + (2 * cw + j) * kKmGBox + r0 * kKmGRow * 4 + (tq & 3) * 4);
+    int shift, plane;
+    km_phase(kx * int(p.dw) - int(p.pw), int(p.sw), shift, plane);
+    arow[j] = uint32_t(Tr::kGOff + (2 * cw + j) * kKmGBox + r0 * kKmGRow * 4 + (shift & 3) * 4);
   }
   using W = WgmmaRS<float, 64>;
   float total[2][32], part[2][32];

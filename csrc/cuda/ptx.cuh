@@ -62,14 +62,13 @@ __device__ __forceinline__ void split_tf32(uint32_t& x, uint32_t& small) {
 // x -> (big, small) with big = x truncated to TF32, so big + small == x exactly and small
 // needs no rounding (the tensor core truncates its low bits: 2^-21 of x at most). Cheaper
 // than split_tf32 (no cvt), and big never overflows. A value that is not finite keeps
-// itself as big (NaN as a canonical NaN: truncating its payload could make it inf), has no
-// small half, and sets bad.
-__device__ __forceinline__ void split_tf32_trunc(uint32_t& x, uint32_t& small, bool& bad) {
+// itself as big (a NaN with its quiet bit set: truncating the payload of a signalling NaN
+// could make it inf) and has no small half. Returns whether x was finite.
+__device__ __forceinline__ bool split_tf32_trunc(uint32_t& x, uint32_t& small) {
   const bool fin = (x & 0x7f800000u) != 0x7f800000u;
-  const uint32_t big = x & 0xffffe000u;
-  small = fin ? __float_as_uint(__uint_as_float(x) - __uint_as_float(big)) : 0u;
-  bad |= !fin;
-  x = fin ? big : (x & 0x007fffffu) ? 0x7fffffffu : x;
+  small = fin ? __float_as_uint(__uint_as_float(x) - __uint_as_float(x & 0xffffe000u)) : 0u;
+  x = fin ? (x & 0xffffe000u) : (x & 0x007fffffu) ? (x | 0x00400000u) : x;
+  return fin;
 }
 
 // The mma accumulators of a warp tile (any [A][B][4] float array) set to zero.
@@ -144,13 +143,7 @@ struct SplitMma {
   // (cvt.rna: a finite test and an add per element, 48 of ~100 instructions per k-step
   // of a warp) made the issue-bound patch GEMM slower (unet fp32, ncu: IPC 2.48).
   static __device__ __forceinline__ void operand(uint32_t& x, uint32_t& small) {
-    if constexpr (kSplit) {
-      const bool fin = (x & 0x7f800000u) != 0x7f800000u;
-      small = fin ? __float_as_uint(__uint_as_float(x) - __uint_as_float(x & 0xffffe000u)) : 0u;
-      // inf stays inf; a NaN stays NaN (its quiet bit set: truncating the payload of a
-      // signalling NaN could make it inf).
-      x = fin ? (x & 0xffffe000u) : (x & 0x007fffffu) ? (x | 0x00400000u) : x;
-    }
+    if constexpr (kSplit) split_tf32_trunc(x, small);
   }
   __device__ __forceinline__ void mma(float (&acc)[MI][NI][4], int i, int j, const uint32_t (&a)[4],
                                       const uint32_t (&as)[4], const uint32_t (&b)[2],

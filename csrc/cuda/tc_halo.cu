@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
 #pragma unroll
               for (int q = 0; q < 4; ++q) {
                 bad |= !(fabsf(__uint_as_float(hi[q])) < 0x1p60f);
-                split_tf32_trunc(hi[q], lo[q], bad);
+                bad |= !split_tf32_trunc(hi[q], lo[q]);
               }
               const uint32_t d = sa + swz<CH>(r, sub + 2 * c);
               sts128(d, hi);

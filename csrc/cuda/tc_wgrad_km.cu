@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
                        : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
                        : "r"(st + q * 16));
 #pragma unroll
-          for (int e = 0; e < 4; ++e) split_tf32_trunc(v[e], sm[e], bad);
+          for (int e = 0; e < 4; ++e) bad |= !split_tf32_trunc(v[e], sm[e]);
           sts128(st + q * 16, v);
           sts128(st + kKmBox + q * 16, sm);
         }
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
 #pragma unroll
           for (int j = 0; j < 2; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) split_tf32_trunc(a[ks][j][e], sm[ks][j][e], bad);
+            for (int e = 0; e < 4; ++e) bad |= !split_tf32_trunc(a[ks][j][e], sm[ks][j][e]);
         bad |= (flags[s * 4 + 1] | flags[s * 4 + 2] | flags[s * 4 + 3]) != 0;
         int careful;
         asm volatile(

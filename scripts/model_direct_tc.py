@@ -244,7 +244,8 @@ def run_problem(P, kNT, force_qy, vec, out_shift_el, stats):
     xs_np = x.numpy()
     gx = cfg['ntx'] * cfg['nty'] * sh
     npb = 1
-    while npb < 4 and npb < N and gx * cfg['ngc'] * ((N + 2 * npb - 1) // (2 * npb)) >= 4096:
+    max_npb = 4 if kNT == 8 else 2 if kNT == 4 else 1  # run_dtc
+    while npb < max_npb and npb < N and gx * cfg['ngc'] * ((N + 2 * npb - 1) // (2 * npb)) >= 4096:
         npb *= 2
     gy = min(cfg['ngc'] * ((N + npb - 1) // npb), 65535)
     ntx, nty, ngc, nz = cfg['ntx'], cfg['nty'], cfg['ngc'], cfg['nz']
@@ -459,12 +460,11 @@ def run_problem(P, kNT, force_qy, vec, out_shift_el, stats):
                             for nt in range(kNT):
                                 for e in range(2):
                                     c = nt * 8 + 2 * (LANE & 3) + e
-                                    m = c < nc
                                     sidx = o_off // 2 + r * ld + col + c * QY * ld + ((sh0 + r * shr + c * shc) & 7)
-                                    sidx = sidx[m]
                                     chk(np.all((sidx * 2 >= o_off) & (sidx * 2 < o_end)), 's_o write outside')
                                     chk(np.all(sm.st[sidx] != zs), 's_o element written twice in a z step')
-                                    sm.v[sidx] = D[mt][(q[m] - mt * 16), c[m]] + s_b[c[m]]
+                                    chk(np.all(s_b[c[c >= nc]] == 0.0), 's_b nonzero past nc')
+                                    sm.v[sidx] = D[mt][(q - mt * 16), c] + s_b[c]
                                     sm.st[sidx] = zs
                 if vec_rows:
                     store_rows16(on_el, nc, nrows, oy0, ox_base, col_lo, col_hi, sm, zs, None)

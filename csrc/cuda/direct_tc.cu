@@ -334,23 +334,29 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
           for (int nt = 0; nt < kNT; ++nt) Mma<T>::run(acc[mt][nt], fa[mt], fb[nt]);
       }
       // Stage: pixel q = mt*16 + (lane >> 2) (+8), channel nt*8 + 2*(lane & 3) (+1).
+      // Channels nc..kC-1 (a partial channel block) land in staging rows the
+      // store never reads (s_b is zero there): no per-element branch.
+      T* so = s_o + r * cfg.ld + rx;
+      int coff[kNT][2];  // channel offsets of this lane's accumulator columns
+      const int shr_r = sh0 + r * shr;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = nt * 8 + 2 * (lane & 3) + e;
+          coff[nt][e] = c * QY * cfg.ld + ((shr_r + c * shc) & 7);
+        }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int q = mt * 16 + (lane >> 2) + 8 * h;
-          const int col = q * sw + rx;
-          T* so = s_o + r * cfg.ld + col;
-          const int shr_r = sh0 + r * shr;
+          const int col = (mt * 16 + (lane >> 2) + 8 * h) * sw;
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int c = nt * 8 + 2 * (lane & 3) + e;
-              if (c < nc)
-                so[c * QY * cfg.ld + ((shr_r + c * shc) & 7)] =
-                    Cvt<T>::from_acc(acc[mt][nt][2 * h + e] + s_b[c]);
-            }
+            for (int e = 0; e < 2; ++e)
+              so[col + coff[nt][e]] =
+                  Cvt<T>::from_acc(acc[mt][nt][2 * h + e] + s_b[nt * 8 + 2 * (lane & 3) + e]);
         }
     }
     __syncthreads();
@@ -447,18 +453,26 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
     const int64_t rs = (prm.out.sh < 0 ? -prm.out.sh : prm.out.sh) * p.sh;
     if ((8 * kNT) * sc + cfg.qy_tile * rs + p.Wo + 32 * p.sw + 16 >= (int64_t(1) << 31)) cfg.vec = 0;
   }
-  // Blocks per SM the registers are capped for: 3 (80 registers) for 16 and 32
-  // channels per block (seedD bf16 0.455 -> 0.389 ms; 32 channels spill 20 bytes,
-  // seedC 0.421 -> 0.355 ms), 2 for 64 (128 registers; at 3 it spills ~500 bytes).
-  // CONVT2D_DTC_MINB = 2, 3, 4: A/B.
+  // Blocks per SM the registers are capped for, and samples per block (the
+  // z steps a block loops over; direct_grid halves it while the grid stays
+  // large). 64 channels per block: 2 blocks (128 registers; at 3 it spills
+  // ~500 bytes), up to 4 samples. 32 channels: 3 blocks (80 registers, 16
+  // bytes of spill), up to 2 samples (seedC fp16 0.345 -> 0.339 ms). 16
+  // channels: 4 blocks (64 registers, 12 bytes of spill) where shared memory
+  // allows 4, one sample per block (seedD fp16 0.377 -> 0.348 ms; 4 blocks with
+  // 4 samples was 0.41). perf-notes v11. CONVT2D_DTC_MINB = 2, 3, 4 and
+  // CONVT2D_DTC_NPB = 1, 2, 4, ...: A/B.
   int minb = kNT == 8 ? 2 : 3;
+  int64_t max_npb = kNT == 8 ? 4 : kNT == 4 ? 2 : 1;
+  if (kNT == 2 && 4 * (smem + 1024) <= smem_optin()) minb = 4;
   if (const char* e = std::getenv("CONVT2D_DTC_MINB")) minb = std::atoi(e);
+  if (const char* e = std::getenv("CONVT2D_DTC_NPB")) max_npb = std::atoi(e);
   auto kern = minb == 4 ? direct_tc_kernel<T, kNT, 4>
             : minb == 3 ? direct_tc_kernel<T, kNT, 3> : direct_tc_kernel<T, kNT, 2>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   launched = true;
-  kern<<<direct_grid(p, cfg, cfg.ngc), 32 * warps, size_t(smem), st>>>(prm, cfg);
+  kern<<<direct_grid(p, cfg, cfg.ngc, max_npb), 32 * warps, size_t(smem), st>>>(prm, cfg);
   return cudaGetLastError();
 }
 

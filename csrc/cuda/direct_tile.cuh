@@ -91,10 +91,11 @@ inline bool set_tile_grid(const Problem& p, int64_t qy, int64_t max_nq, int64_t 
 
 // Launch grid: x = ntx * nty * sh tiles; y = (group, channel block) x sample
 // groups, up to 4 samples per block (same weights) while the grid stays large.
-inline dim3 direct_grid(const Problem& p, const DTileGrid& g, int ngc) {
+inline dim3 direct_grid(const Problem& p, const DTileGrid& g, int ngc, int64_t max_npb = 4) {
   const int64_t gx = int64_t(g.ntx) * g.nty * p.sh;
   int64_t npb = 1;
-  while (npb < 4 && npb < p.N && gx * ngc * ((p.N + 2 * npb - 1) / (2 * npb)) >= 4096) npb *= 2;
+  while (npb < max_npb && npb < p.N && gx * ngc * ((p.N + 2 * npb - 1) / (2 * npb)) >= 4096)
+    npb *= 2;
   const int64_t gy64 = ngc * ((p.N + npb - 1) / npb);
   return dim3(unsigned(gx), unsigned(gy64 < 65535 ? gy64 : 65535));
 }

@@ -90,7 +90,7 @@ inline bool set_tile_grid(const Problem& p, int64_t qy, int64_t max_nq, int64_t 
 }
 
 // Launch grid: x = ntx * nty * sh tiles; y = (group, channel block) x sample
-// groups, up to 4 samples per block (same weights) while the grid stays large.
+// groups, up to max_npb samples per block (same weights) while the grid stays large.
 inline dim3 direct_grid(const Problem& p, const DTileGrid& g, int ngc, int64_t max_npb = 4) {
   const int64_t gx = int64_t(g.ntx) * g.nty * p.sh;
   int64_t npb = 1;

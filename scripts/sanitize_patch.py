@@ -13,7 +13,8 @@ os.environ["CONVT2D_KERNEL"] = "patch"
 torch.manual_seed(0)
 CASES = [(2, 64, 32, 8, 16, 2, 2, 1), (3, 40, 24, 5, 24, 2, 2, 1), (2, 48, 40, 6, 40, 2, 2, 2),
          (1, 32, 16, 4, 200, 4, 4, 1), (2, 24, 20, 7, 8, 2, 1, 1), (2, 72, 136, 3, 16, 1, 1, 1),
-         (1, 16, 64, 33, 8, 2, 2, 1)]
+         (1, 16, 64, 33, 8, 2, 2, 1), (2, 20, 12, 5, 24, 1, 8, 1),
+         (1, 24, 8, 6, 16, 2, 16, 1)]
 worst = 0.0
 for dn, dt, tf32 in [("bf16", torch.bfloat16, True), ("fp16", torch.float16, True),
                      ("fp32", torch.float32, True), ("ieee", torch.float32, False)]:

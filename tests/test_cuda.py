@@ -797,7 +797,7 @@ def test_direct_tc_single_warp_block(nt, monkeypatch):
 # the 32 / 16-channel k-tile) and an N tail (Cout/groups*kh*kw not a multiple of 128);
 # groups; W = 40 (8-wide tiles); W = 200 (two 128-wide column tiles, one partial) with
 # k=4 s=4 (16 taps per channel); kw = 1; 1x1; W = 8 with H = 33 (8 x 16 tiles, rows past the
-# image); N = 1.
+# image); N = 1; kw = 8, 16, 64 (the fp32 epilogue's kw >= 8 staging).
 _PATCH_CFGS = [
     Cfg(2, 64, 32, 8, 16, k=2, stride=2, bias=True),
     Cfg(3, 40, 24, 5, 24, k=2, stride=2, bias=True),
@@ -806,6 +806,9 @@ _PATCH_CFGS = [
     Cfg(2, 24, 20, 7, 8, k=(2, 1), stride=(2, 1), bias=True),
     Cfg(2, 72, 136, 3, 16, k=1, stride=1, bias=True),
     Cfg(1, 16, 64, 33, 8, k=2, stride=2, bias=False),
+    Cfg(2, 20, 12, 5, 24, k=(1, 8), stride=(1, 8), bias=True),
+    Cfg(1, 24, 8, 6, 16, k=(2, 16), stride=(2, 16), bias=True),
+    Cfg(2, 12, 6, 3, 8, k=(1, 64), stride=(1, 64), bias=False),
 ]
 
 
@@ -869,12 +872,12 @@ def test_channels_last_copy_odd_pixel_counts(dtype):
 def _random_patch_cfgs(count, seed):
     """kernel == stride shapes the patch GEMM takes (W whole 16-byte chunks, kh*kw | 128,
     Cout/groups*kh*kw whole chunks), drawn with a fixed seed: tile widths 8..128 with partial
-    tiles, kh, kw in 1..8, groups, K tails."""
+    tiles, kh in 1..8, kw in 1..16, groups, K tails."""
     import random
     rng = random.Random(seed)
     out = []
     while len(out) < count:
-        kh, kw = rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4])
+        kh, kw = rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4, 8, 16])
         if 128 % (kh * kw):
             continue
         g = rng.choice([1, 1, 2, 3])

@@ -52,8 +52,12 @@ struct PgTraits {
   static constexpr int kStageC = (kPgBN * kPgBM + kPgBN * kPad) * int(sizeof(T));  // kw = 1 worst
   static constexpr int kSmem = kStages * kStage > kStageC ? kStages * kStage : kStageC;
   // Swizzle of the 16-byte chunk index of smem row k: 16-bit ldmatrix reads 8
-  // consecutive rows at one logical chunk; tf32 lane reads are 4 rows x 2 chunks.
-  static __device__ __forceinline__ int swz(int k) {
+  // consecutive rows at one logical chunk. tf32: B lane reads are 4 rows x 2 chunks;
+  // A lane reads (8-byte pairs, see the kernel) are 4 rows x 4 chunks x both halves.
+  static __device__ __forceinline__ int swz_a(int k) {
+    return sizeof(T) == 2 ? (k & 7) : (k & 3);
+  }
+  static __device__ __forceinline__ int swz_b(int k) {
     return sizeof(T) == 2 ? (k & 7) : ((k & 3) << 1);
   }
 };
@@ -103,17 +107,18 @@ __global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(
   const int bj = j0 + ch * kE;
   const bool b_ok = bj < c.NJ;
   const T* b_src = wg + int64_t(k0) * c.NJ + (b_ok ? bj : 0);
-  const uint32_t a_dst = uint32_t(k0 * RB + ((ch ^ Tr::swz(k0)) << 4));
+  const uint32_t a_dst = uint32_t(k0 * RB + ((ch ^ Tr::swz_a(k0)) << 4));
+  const uint32_t b_dst = uint32_t(BK * RB + k0 * RB + ((ch ^ Tr::swz_b(k0)) << 4));
   const int64_t a_row = int64_t(kRs) * HW, b_row = int64_t(kRs) * c.NJ;
   // Called for kt = 0, 1, 2, ... in order: the source pointers step by BK channels.
   auto load_stage = [&](int stage, int kt) {
-    const uint32_t s = sbase + stage * Tr::kStage + a_dst;
+    const uint32_t s = sbase + stage * Tr::kStage;
 #pragma unroll
     for (int i = 0; i < Tr::kLd; ++i) {
       const bool kin = kt * BK + k0 + i * kRs < c.Cig;
       const bool ka = a_ok && kin, kb = b_ok && kin;
-      cp_async16(s + i * kRs * RB, ka ? a_src + i * a_row : xg, ka ? 16 : 0);
-      cp_async16(s + BK * RB + i * kRs * RB, kb ? b_src + i * b_row : wg, kb ? 16 : 0);
+      cp_async16(s + a_dst + i * kRs * RB, ka ? a_src + i * a_row : xg, ka ? 16 : 0);
+      cp_async16(s + b_dst + i * kRs * RB, kb ? b_src + i * b_row : wg, kb ? 16 : 0);
     }
     a_src += Tr::kLd * a_row;
     b_src += Tr::kLd * b_row;
@@ -124,9 +129,14 @@ __global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(
   //   wm*8 + 2i + ((lane>>3)&1); B x4.trans rows k = ks*16 + (lane&7) +
   //   ((lane>>3)&1)*8, chunk wn*4 + 2jp + (lane>>4). The XOR of the swizzle
   //   commutes with the carry-free +2i / +2jp, so one base per lane suffices.
-  // tf32: A a0..a3 = (k = ks*8 + t [+4], m = wm*64 + 16i + gq [+8]); B b0, b1 =
-  //   (k = ks*8 + t [+4], n = wn*32 + 8j + gq); t = lane&3, gq = lane>>2.
-  uint32_t a_off, b_off, a_off8 = 0;
+  // tf32: B b0, b1 = (k = ks*8 + t [+4], n = wn*32 + 8j + gq); t = lane&3, gq = lane>>2.
+  //   A with its rows permuted (legal: it relabels C's rows): row r of m-tile i is tile
+  //   pixel wm*64 + 8*(r&7) + 2*(i ^ (gq&1)) + (r>>3), so a0, a1 (rows gq, gq+8) are one
+  //   8-byte pair of smem row k = ks*8 + t and a2, a3 the pair of row k + 4: two 64-bit
+  //   loads per m-tile straight into the fragment's register halves (not four 32-bit
+  //   ones). The i ^ (gq&1) puts lanes gq, gq+1 on different halves of a 16-byte chunk, so
+  //   with the (k&3) chunk swizzle a half-warp's 16 pairs hit 32 different banks.
+  uint32_t a_off, b_off;
   if constexpr (sizeof(T) == 2) {
     const int s = lane & 7;
     a_off = uint32_t(((lane & 7) + ((lane >> 4) & 1) * 8) * RB +
@@ -134,10 +144,11 @@ __global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(
     b_off = uint32_t(BK * RB + ((lane & 7) + ((lane >> 3) & 1) * 8) * RB +
                      (((wn * 4 + (lane >> 4)) ^ s) << 4));
   } else {
-    const int t = lane & 3, gq = lane >> 2, s = t << 1;
-    a_off = uint32_t(t * RB + (((wm * 16 + (gq >> 2)) ^ s) << 4) + (gq & 3) * 4);
-    a_off8 = uint32_t(t * RB + (((wm * 16 + (gq >> 2) + 2) ^ s) << 4) + (gq & 3) * 4);
-    b_off = uint32_t(BK * RB + t * RB + (((wn * 8 + (gq >> 2)) ^ s) << 4) + (gq & 3) * 4);
+    const int t = lane & 3, gq = lane >> 2;
+    // The pair of m-tile i: logical chunk wm*16 + 2gq + (i >> 1) (its low bit XORs into
+    // the swizzled one), byte 8 * ((i ^ gq) & 1) in it: a_off ^ (i << 3).
+    a_off = uint32_t(t * RB + (((wm * 16 + 2 * gq) ^ Tr::swz_a(t)) << 4) + (gq & 1) * 8);
+    b_off = uint32_t(BK * RB + t * RB + (((wn * 8 + (gq >> 2)) ^ Tr::swz_b(t)) << 4) + (gq & 3) * 4);
   }
 
   float acc[MI][NI][4];
@@ -188,12 +199,9 @@ __global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(
         if constexpr (sizeof(T) == 2) {
           ldmatrix_x4_trans(af, st + ((a_off + ks * 16 * RB) ^ (i << 5)));
         } else {
-          const uint32_t o0 = st + ((a_off + ks * 8 * RB) ^ (i << 6));
-          const uint32_t o8 = st + ((a_off8 + ks * 8 * RB) ^ (i << 6));
-          af[0] = lds32(o0);
-          af[1] = lds32(o8);
-          af[2] = lds32(o0 + 4 * RB);
-          af[3] = lds32(o8 + 4 * RB);
+          const uint32_t o = st + ((a_off + ks * 8 * RB) ^ (i << 3));
+          lds64(af[0], af[1], o);
+          lds64(af[2], af[3], o + 4 * RB);
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) sm.operand(af[e], as[e]);
@@ -211,8 +219,44 @@ __global__ void __launch_bounds__(kPgThreads, kSplit ? 1 : 2) patch_gemm_kernel(
   T* sC = reinterpret_cast<T*>(smem);
   const int lg_kk = c.lg_kh + c.lg_kw;
   const int kw = 1 << c.lg_kw;
-  const int ld2 = (kPgBM << c.lg_kw) + Tr::kPad;
-  {
+  // fp32: the 8-byte pair stores stage 2-way conflicted with a 32-byte pad (kw = 4: 16 bytes).
+  const int ld2 = (kPgBM << c.lg_kw) + (sizeof(T) == 4 && c.lg_kw == 2 ? 4 : Tr::kPad);
+  if constexpr (sizeof(T) == 4) {
+    // fp32 (rows permuted, see the fragment notes): the lane holds pixels
+    // wm*64 + 8gq + 0..7 and columns n = wn*32 + 8j + 2t + e (e = 0, 1). With kw >= 2,
+    // n and n + 1 are taps kx, kx + 1 of one staged row: one 8-byte store per pair.
+    const int t = lane & 3, gq = lane >> 2;
+    const float* bias = static_cast<const float*>(c.bias);
+    float* sCf = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      const int nn = wn * 32 + j * 8 + 2 * t;
+      float bv[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int jj = j0 + nn + e;
+        bv[e] = (bias != nullptr && jj < c.NJ) ? bias[int64_t(g) * c.Cog + (jj >> lg_kk)] : 0.f;
+      }
+      const int fn0 = (nn >> c.lg_kw) * ld2 + (nn & (kw - 1));
+      const int fn1 = ((nn + 1) >> c.lg_kw) * ld2 + ((nn + 1) & (kw - 1));
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int m = wm * 64 + 8 * gq + 2 * ((i ^ gq) & 1) + (i >> 1) * 4;
+        const int o0 = m << c.lg_kw, o1 = (m + 1) << c.lg_kw;
+        if (c.lg_kw > 0) {
+          *reinterpret_cast<float2*>(sCf + fn0 + o0) =
+              make_float2(acc[i][j][0] + bv[0], acc[i][j][1] + bv[1]);
+          *reinterpret_cast<float2*>(sCf + fn0 + o1) =
+              make_float2(acc[i][j][2] + bv[0], acc[i][j][3] + bv[1]);
+        } else {
+          sCf[fn0 + o0] = acc[i][j][0] + bv[0];
+          sCf[fn1 + o0] = acc[i][j][1] + bv[1];
+          sCf[fn0 + o1] = acc[i][j][2] + bv[0];
+          sCf[fn1 + o1] = acc[i][j][3] + bv[1];
+        }
+      }
+    }
+  } else {
     const int t = lane & 3, gq = lane >> 2;
     const T* bias = static_cast<const T*>(c.bias);
     const int m_base = (wm * 64 + gq) << c.lg_kw;

@@ -69,6 +69,71 @@ def div_magic(n, m):  # n: np.int64 array (< 2^32), m < 2^33
     return ((n.astype(object) * m) >> 32).astype(np.int64) & 0xFFFFFFFF
 
 
+def stepped(total, nthr, dims):
+    """The kernels' carry-stepped decode (store_rows16_v2, the x staging): item it =
+    t + j*nthr of thread t as mixed-radix digits (fastest first) of radices `dims`, started
+    by division and stepped by nthr's digits with one carry per digit. Returns the digit
+    arrays in item order (items past total dropped)."""
+    n = len(dims)
+    d = []
+    rem = np.arange(nthr, dtype=np.int64)
+    for r in dims[:-1]:
+        d.append(rem % r); rem = rem // r
+    d.append(rem)
+    step = []
+    rem = nthr
+    for r in dims[:-1]:
+        step.append(rem % r); rem //= r
+    step.append(rem)
+    out = [np.full(total, -1, dtype=np.int64) for _ in range(n)]
+    it = np.arange(nthr, dtype=np.int64)
+    while True:
+        live = it < total
+        if not live.any():
+            break
+        for q in range(n):
+            out[q][it[live]] = d[q][live]
+        it = it + nthr
+        cy = np.zeros(nthr, dtype=np.int64)
+        for q in range(n):
+            d[q] = d[q] + step[q] + cy
+            if q < n - 1:
+                cy = (d[q] >= dims[q]).astype(np.int64)
+                chk(np.all(d[q] < 2 * dims[q]), 'stepped decode: more than one carry')
+                d[q] = d[q] - cy * dims[q]
+    return out
+
+
+def chunk_pieces(a, b):
+    """store_chunk_part: (element, bytes) of the aligned pieces storing [a, b) of a chunk."""
+    out, e = [], a
+    if (e & 1) and e < b:
+        out.append((e, 2)); e += 1
+    if (e & 2) and e + 2 <= b:
+        out.append((e, 4)); e += 2
+    if e + 4 <= b:
+        chk(e in (0, 4), 'store_chunk_part: 8-byte piece misaligned')
+        out.append((e, 8)); e += 4
+    if e + 2 <= b:
+        out.append((e, 4)); e += 2
+    if e < b:
+        out.append((e, 2))
+    return out
+
+
+for _a in range(8):  # the pieces cover [a, b) exactly, each aligned to its size
+    for _b in range(_a + 1, 9):
+        if (_a, _b) == (0, 8):  # a whole chunk: never a partial one (the kernel's precondition)
+            continue
+        _cov = []
+        for _e, _n in chunk_pieces(_a, _b):
+            if (2 * _e) % _n:
+                raise SystemExit(f'store_chunk_part piece misaligned: [{_a},{_b}) at {_e}')
+            _cov += list(range(_e, _e + _n // 2))
+        if _cov != list(range(_a, _b)):
+            raise SystemExit(f'store_chunk_part covers {_cov} for [{_a},{_b})')
+
+
 def dtc_config(P, kNT, t_bytes, force_qy=None):
     sh, sw = P['sh'], P['sw']
     if sw > MAXS or sh > MAXS:
@@ -265,6 +330,10 @@ def run_problem(P, kNT, force_qy, vec, out_shift_el, stats):
         c = div_magic(line, cfg['m_rows'][nrows])
         chk(np.array_equal(c, line // nrows), 'div_magic(line, nrows) inexact')
         i = line - c * nrows
+        # store_rows16_v2 steps (chunk, row, channel) per thread instead of dividing
+        kk_s, i_s, c_s = stepped(total, nthr, [nchk, nrows, nc + 1])
+        chk(np.array_equal(kk_s, it - line * nchk) and np.array_equal(i_s, i) and
+            np.array_equal(c_s, c), 'store_rows16_v2 stepped decode differs')
         off = c * scv + i * rs
         chk(np.all(np.abs(off) < (1 << 31)), 'store_rows16 off overflow')
         shf = (base_res + off) & 7
@@ -392,6 +461,9 @@ def run_problem(P, kNT, force_qy, vec, out_shift_el, stats):
                 ii = np.arange(items)
                 cc = ii % cols_in; r2 = ii // cols_in
                 c8 = r2 % nch; rr = r2 // nch
+                s_cc, s_c8, s_rr = stepped(items, nthr, [cols_in, nch, rows_in + 1])
+                chk(np.array_equal(s_cc, cc) and np.array_equal(s_c8, c8) and
+                    np.array_equal(s_rr, rr), 'x staging stepped decode differs')
                 iy = iy_base + rr; ix = ix_base + cc
                 ok = (iy >= 0) & (iy < H) & (ix >= 0) & (ix < W)
                 addr = x_off + (rr * cols_in + cc) * pix + c8 * 16

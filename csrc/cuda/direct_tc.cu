@@ -51,6 +51,7 @@ struct DtcCfg : DTileGrid {
   int ncob = 0, ngc = 0, nz = 0;
   int vec = 1;                 // store_rows16 where the layout allows (CONVT2D_DTC_VEC=0: off)
   int cs = 1;                  // store_rows16 with streaming stores (CONVT2D_DTC_CS=0: plain)
+  int st = 1;                  // store_rows16_v2, else store_rows16 (CONVT2D_DTC_ST=0/1: A/B)
   int nchk = 0;                // store_rows16: 8-column chunks per line (upper bound)
   uint64_t m_chk = 0;          // div_magic multipliers: by nchk, by 1..8 rows
   uint64_t m_rows[9] = {};
@@ -126,6 +127,86 @@ __device__ __forceinline__ void store_rows16(T* on, const TensorRef& o, int nc, 
   }
 }
 
+// The stores of one partial chunk: elements [a, b) (0 <= a < b <= 8, not the whole
+// chunk [0, 8)) of the 16-byte aligned chunk dst <- v, as aligned 2-, 4- and 8-byte
+// pieces (at most 4; a segment's first or last chunk takes at most 3). scripts/model_direct_tc.py checks
+// every (a, b).
+template <typename T>
+__device__ __forceinline__ void store_chunk_part(T* dst, const uint4& v, int a, int b) {
+  auto word = [&](int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; };
+  char* d = reinterpret_cast<char*>(dst);
+  int e = a;
+  if ((e & 1) && e < b) {
+    __stcs(reinterpret_cast<unsigned short*>(d + 2 * e), (unsigned short)(word(e >> 1) >> 16));
+    ++e;
+  }
+  if ((e & 2) && e + 2 <= b) {
+    __stcs(reinterpret_cast<unsigned int*>(d + 2 * e), word(e >> 1));
+    e += 2;
+  }
+  if (e + 4 <= b) {  // e is 0 or 4 here
+    __stcs(reinterpret_cast<uint2*>(d + 2 * e), e == 0 ? make_uint2(v.x, v.y) : make_uint2(v.z, v.w));
+    e += 4;
+  }
+  if (e + 2 <= b) {
+    __stcs(reinterpret_cast<unsigned int*>(d + 2 * e), word(e >> 1));
+    e += 2;
+  }
+  if (e < b) __stcs(reinterpret_cast<unsigned short*>(d + 2 * e), (unsigned short)(word(e >> 1) & 0xffffu));
+}
+
+// store_rows16 with the same item order (consecutive threads take consecutive chunks of
+// a line, so a warp's stores cover neighbouring 16-byte chunks) and less work per item:
+// each thread steps its (line, chunk) and (channel, row) indices by the block's stride
+// with carries instead of dividing per item, and partial chunks take aligned 2/4/8-byte
+// pieces instead of eight 2-byte stores.
+template <typename T>
+__device__ __forceinline__ void store_rows16_v2(T* on, const TensorRef& o, int nc, int nrows, int QY,
+                                                int64_t oy0, int64_t oy_step, int64_t ox_base,
+                                                int col_lo, int col_hi, const T* s_o, int ld,
+                                                const T* bp, const DtcCfg& cfg) {
+  T* base = on + oy0 * o.sh + ox_base;  // line (0, 0), column 0
+  const int base_res = int((reinterpret_cast<uintptr_t>(base) >> 1) & 7);
+  const int sc = int(o.sc), rs = int(oy_step * o.sh);
+  const int nchk = cfg.nchk;
+  const int total = nc * nrows * nchk;
+  const int nthr = int(blockDim.x);
+  int it = int(threadIdx.x);
+  int line = int(div_magic(uint32_t(it), cfg.m_chk));
+  int k = it - line * nchk;
+  int c = int(div_magic(uint32_t(line), cfg.m_rows[nrows]));
+  int i = line - c * nrows;
+  const int dl = int(div_magic(uint32_t(nthr), cfg.m_chk)), dk = nthr - dl * nchk;
+  const int dc = int(div_magic(uint32_t(dl), cfg.m_rows[nrows])), di = dl - dc * nrows;
+  for (; it < total; it += nthr) {
+    const int off = c * sc + i * rs;  // line's column 0
+    const int shf = (base_res + off) & 7;
+    const int kc = ((col_lo + shf) >> 3) + k;
+    const int c0 = 8 * kc - shf;
+    if (c0 < col_hi) {
+      T* dst = base + (off + c0);  // 16-byte aligned
+      uint4 v;
+      if (s_o != nullptr) {
+        v = *reinterpret_cast<const uint4*>(s_o + (c * QY + i) * ld + 8 * kc);
+      } else {
+        v = splat8<T>(bp ? bp[c] : Cvt<T>::zero());
+      }
+      if (c0 >= col_lo && c0 + 8 <= col_hi) {
+        if (cfg.cs) __stcs(reinterpret_cast<uint4*>(dst), v);
+        else *reinterpret_cast<uint4*>(dst) = v;
+      } else {  // the segment's first or last chunk
+        store_chunk_part<T>(dst, v, col_lo - c0 > 0 ? col_lo - c0 : 0,
+                            col_hi - c0 < 8 ? col_hi - c0 : 8);
+      }
+    }
+    k += dk;
+    i += di;
+    c += dc;
+    if (k >= nchk) { k -= nchk; ++i; }
+    if (i >= nrows) { i -= nrows; ++c; }
+  }
+}
+
 template <typename T, int kNT, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kDtcWarps, kMinBlocks)
 direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant__ DtcCfg cfg) {
@@ -185,7 +266,8 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
       T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
       const T* bp = bias ? bias + g * Cog + co0 : nullptr;
       if (vec_rows)
-        store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg);
+        if (cfg.st) store_rows16_v2<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg);
+        else store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg);
       else
         store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
                       [&](int c, int, int) { return bp ? bp[c] : Cvt<T>::zero(); });
@@ -263,9 +345,14 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
     {
       const T* xn = x + n * prm.x.sn + int64_t(g) * Cig * xsc;
       const int items = rows_in * cfg.cols_in * nch;
+      // item i = (rr * nch + c8) * cols_in + cc, stepped by nthr with carries (no division
+      // per item)
+      const int cols_in = cfg.cols_in;
+      int cc = tid % cols_in, r2 = tid / cols_in;
+      int c8 = r2 % nch, rr = r2 / nch;
+      const int dcc = nthr % cols_in, dr2 = nthr / cols_in;
+      const int dc8 = dr2 % nch, drr = dr2 / nch;
       for (int i = tid; i < items; i += nthr) {
-        const int cc = i % cfg.cols_in, r2 = i / cfg.cols_in;
-        const int c8 = r2 % nch, rr = r2 / nch;
         const int64_t iy = iy_base + rr, ix = ix_base + cc;
         const bool ok = iy >= 0 && iy < p.H && ix >= 0 && ix < p.W;
         const T* src = xn + (ok ? iy * xsh + ix * xsw : 0) + int64_t(c8) * 8 * xsc;
@@ -277,6 +364,12 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
 #pragma unroll
         for (int e = 0; e < 4; ++e) pk[e] = pack2<T>(v[2 * e], v[2 * e + 1]);
         sts128(xs + uint32_t((rr * cfg.cols_in + cc) * pix_bytes + c8 * 16), pk);
+        cc += dcc;
+        const int cy = cc >= cols_in;
+        if (cy) cc -= cols_in;
+        c8 += dc8 + cy;
+        rr += drr;
+        if (c8 >= nch) { c8 -= nch; ++rr; }
       }
     }
     __syncthreads();
@@ -363,7 +456,8 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
 
     const int ld = cfg.ld;
     if (vec_rows)
-      store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg);
+      if (cfg.st) store_rows16_v2<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg);
+      else store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg);
     else
       store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
                     [&](int c, int i, int cc) { return s_o[(c * QY + i) * ld + cc]; });
@@ -432,6 +526,11 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   }
   if (const char* e = std::getenv("CONVT2D_DTC_VEC")) cfg.vec = e[0] != '0';
   if (const char* e = std::getenv("CONVT2D_DTC_CS")) cfg.cs = e[0] != '0';
+  // store_rows16_v2 for 16-channel blocks (seedD fp16 0.350 -> 0.328 ms, bf16 0.356 -> 0.326;
+  // off-suite 16-channel shapes equal or faster); with 32 channels per block (80 registers)
+  // it measured 1-5% slower (seedC, N=4 8->32 k4 s3), so those keep the old loop. perf-notes v12.
+  cfg.st = kNT == 2;
+  if (const char* e = std::getenv("CONVT2D_DTC_ST")) cfg.st = e[0] != '0';
   const int64_t smem = layout(qy);
   if (smem > optin) return 0;
   const int64_t units = sw * qy;

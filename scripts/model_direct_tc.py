@@ -105,7 +105,9 @@ def stepped(total, nthr, dims):
 
 
 def chunk_pieces(a, b):
-    """store_chunk_part: (element, bytes) of the aligned pieces storing [a, b) of a chunk."""
+    """store_chunk_part (direct_tile.cuh, which takes byte offsets 2a, 2b): (element, bytes)
+    of the aligned pieces storing 2-byte elements [a, b) of a chunk. For 4- and 8-byte
+    elements the byte offsets are multiples of 4 / 8, a subset of the cases checked."""
     out, e = [], a
     if (e & 1) and e < b:
         out.append((e, 2)); e += 1

@@ -26,6 +26,7 @@
 // Both kernels visit only the taps that reach each stride phase: no per-tap
 // modulo in the loops. Global indices are 64-bit; the inner loops only
 // advance pointers.
+#include <cstdlib>
 #include "cuda/kernels.h"
 #include "cuda/mma_core.cuh"
 #include "cuda/direct_tile.cuh"
@@ -41,6 +42,10 @@ constexpr int64_t kD2SmemMax = 160 * 1024;     // hard limit (as direct_forward_
 struct D2Cfg : DTileGrid {
   int ld = 0;            // staging row pitch in elements
   int pad = 0;           // 1: staging column c stored at c + c/32 (sw even)
+  int vec = 0;           // 1: store_rows_vec (16-byte chunks; rows staged shifted to the
+                         // output's alignment), else store_tile
+  int nchk = 0;          // store_rows_vec: chunks per line, div_magic multipliers
+  uint64_t m_chk = 0, m_rows[17] = {};
   int w_bytes = 0;       // weights + bias region (16-byte multiple)
   int ncob = 0, ngc = 0, nz = 0;  // channel blocks, G*ncob, N*G*ncob
 };
@@ -139,8 +144,12 @@ direct2_fwd_kernel(const __grid_constant__ DirectParams prm, const __grid_consta
       const int nc = Cog - co0 < kC ? int(Cog - co0) : kC;
       T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
       const T* bp = bias ? bias + g * Cog + co0 : nullptr;
-      store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
-                    [&](int c, int, int) { return bp ? bp[c] : Cvt<T>::zero(); });
+      if (cfg.vec)
+        store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr,
+                          0, bp, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], 1);
+      else
+        store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
+                      [&](int c, int, int) { return bp ? bp[c] : Cvt<T>::zero(); });
     }
     return;
   }
@@ -176,6 +185,16 @@ direct2_fwd_kernel(const __grid_constant__ DirectParams prm, const __grid_consta
       __syncthreads();
     }
 
+    // Staging shift of line (c, i) for store_rows_vec: (sh0 + c*shc + i*shr) & kEm = the
+    // element offset modulo 16 bytes of that output row's column 0; 0 for store_tile.
+    T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
+    constexpr int kEm = 16 / int(sizeof(T)) - 1;
+    int sh0 = 0, shc = 0, shr = 0;
+    if (cfg.vec) {
+      sh0 = int((reinterpret_cast<uintptr_t>(on + oy0 * prm.out.sh + ox_base) / sizeof(T)) & kEm);
+      shc = int(prm.out.sc & kEm);
+      shr = int((p.sh * prm.out.sh) & kEm);
+    }
     const T* xn = x + n * prm.x.sn + int64_t(g) * Cig * xsc;
     for (int u = warp; u < nunits; u += nwarps) {
       const int rx = u % sw;
@@ -237,18 +256,23 @@ direct2_fwd_kernel(const __grid_constant__ DirectParams prm, const __grid_consta
 #pragma unroll
       for (int r = 0; r < kPY; ++r) {
         if (row0 + r < nrows) {
+          const int shr_r = sh0 + (row0 + r) * shr;
 #pragma unroll
           for (int c = 0; c < kC; ++c)
-            s_o[(c * QY + row0 + r) * cfg.ld + colp] = Cvt<T>::from_acc(acc[r][c] + s_b[c]);
+            s_o[(c * QY + row0 + r) * cfg.ld + colp + ((shr_r + c * shc) & kEm)] =
+                Cvt<T>::from_acc(acc[r][c] + s_b[c]);
         }
       }
     }
     __syncthreads();
 
-    T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
     const int ld = cfg.ld, pad = cfg.pad;
-    store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
-                  [&](int c, int i, int cc) { return s_o[(c * QY + i) * ld + cc + (pad ? (cc >> 5) : 0)]; });
+    if (cfg.vec)
+      store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld,
+                        nullptr, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], 1);
+    else
+      store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
+                    [&](int c, int i, int cc) { return s_o[(c * QY + i) * ld + cc + (pad ? (cc >> 5) : 0)]; });
   }
 }
 
@@ -256,13 +280,21 @@ static int64_t align16(int64_t b) { return (b + 15) / 16 * 16; }
 
 // Fills cfg and the warp count and returns the dynamic shared-memory bytes,
 // or 0 if v2 does not take the problem (v1 runs then).
+// want_vec: the output allows store_rows_vec (NCHW, unit column stride); it is used with
+// odd sw (even sw stages padded columns, store_tile reads those).
 static int64_t direct2_config(const Problem& p, int kC, int py, int64_t acc_bytes,
-                              int64_t t_bytes, D2Cfg& cfg, int& warps) {
+                              int64_t t_bytes, bool want_vec, D2Cfg& cfg, int& warps) {
   int64_t max_nq = 0;
   if (!set_tile_phases(p, cfg, max_nq)) return 0;
   const int64_t sw = p.sw;
   cfg.pad = (sw % 2 == 0) ? 1 : 0;
-  cfg.ld = int(cfg.pad ? 33 * sw : 32 * sw);
+  cfg.vec = want_vec && !cfg.pad ? 1 : 0;
+  const int64_t ke = 16 / t_bytes;  // elements per 16-byte chunk
+  // vec: room for the 0..ke-1 shift and the last chunk (staging index ke*k < ld)
+  cfg.ld = int(cfg.pad ? 33 * sw : cfg.vec ? (32 * sw + 2 * ke + ke - 1) / ke * ke : 32 * sw);
+  cfg.nchk = int((32 * sw + 2 * ke - 2) / ke + 1);
+  cfg.m_chk = div_magic_m(cfg.nchk);
+  for (int r = 1; r <= 16; ++r) cfg.m_rows[r] = div_magic_m(r);
   cfg.w_bytes = int(align16((p.cin_g() * p.kh * p.kw * kC + kC) * acc_bytes));
   const int64_t row_bytes = int64_t(kC) * cfg.ld * t_bytes;  // staging per tile row
   // Row groups of kPY rows: units (column phase x row group) are dealt to the
@@ -280,6 +312,7 @@ static int64_t direct2_config(const Problem& p, int kC, int py, int64_t acc_byte
   const int64_t units = sw * rg;
   warps = int(units < kD2MaxWarps ? units : kD2MaxWarps);
   if (!set_tile_grid(p, rg * py, max_nq, kC, cfg, cfg.ncob, cfg.ngc, cfg.nz)) return 0;
+  if (cfg.qy_tile > 16) cfg.vec = 0;  // m_rows covers 1..16 rows
   return smem;
 }
 
@@ -290,7 +323,12 @@ static cudaError_t run_v2(const DirectParams& prm, cudaStream_t st, bool& launch
   using Acc = typename AccOf<T>::type;
   D2Cfg cfg;
   int warps = 0;
-  const int64_t smem = direct2_config(p, kC, kPY, sizeof(Acc), sizeof(T), cfg, warps);
+  // store_rows_vec's 32-bit element offsets: channel, row and column spans of one tile
+  const int64_t sc = prm.out.sc < 0 ? -prm.out.sc : prm.out.sc;
+  const int64_t rs = (prm.out.sh < 0 ? -prm.out.sh : prm.out.sh) * p.sh;
+  bool want_vec = prm.out.sw == 1 && kC * sc + 16 * rs + p.Wo + 32 * p.sw + 16 < (int64_t(1) << 31);
+  if (const char* e = std::getenv("CONVT2D_D2_VEC")) want_vec = want_vec && e[0] != '0';  // A/B
+  const int64_t smem = direct2_config(p, kC, kPY, sizeof(Acc), sizeof(T), want_vec, cfg, warps);
   if (smem == 0) return cudaSuccess;
   auto kern = direct2_fwd_kernel<T, kC, kPY>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));

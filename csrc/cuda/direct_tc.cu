@@ -51,7 +51,7 @@ struct DtcCfg : DTileGrid {
   int ncob = 0, ngc = 0, nz = 0;
   int vec = 1;                 // store_rows16 where the layout allows (CONVT2D_DTC_VEC=0: off)
   int cs = 1;                  // store_rows16 with streaming stores (CONVT2D_DTC_CS=0: plain)
-  int st = 1;                  // store_rows16_v2, else store_rows16 (CONVT2D_DTC_ST=0/1: A/B)
+  int st = 1;                  // store_rows_vec, else store_rows16 (CONVT2D_DTC_ST=0/1: A/B)
   int nchk = 0;                // store_rows16: 8-column chunks per line (upper bound)
   uint64_t m_chk = 0;          // div_magic multipliers: by nchk, by 1..8 rows
   uint64_t m_rows[9] = {};
@@ -62,18 +62,6 @@ __device__ __forceinline__ uint32_t pack2(T lo, T hi) {
   const uint16_t l = *reinterpret_cast<const uint16_t*>(&lo);
   const uint16_t h = *reinterpret_cast<const uint16_t*>(&hi);
   return uint32_t(l) | (uint32_t(h) << 16);
-}
-
-template <typename T>
-__device__ __forceinline__ uint4 splat8(T v) {
-  const uint32_t u = pack2<T>(v, v);
-  return make_uint4(u, u, u, u);
-}
-
-// n / d for the block-constant divisors below: m = ceil(2^32 / d), exact while
-// n < 2^32 / d^2 (dtc_config keeps the item counts far below that).
-__device__ __forceinline__ uint32_t div_magic(uint32_t n, uint64_t m) {
-  return uint32_t((uint64_t(n) * m) >> 32);
 }
 
 // 16-bit NCHW output with unit column stride: writes the tile's row segments
@@ -106,15 +94,9 @@ __device__ __forceinline__ void store_rows16(T* on, const TensorRef& o, int nc, 
     const int c0 = 8 * k - shf;
     if (c0 >= col_hi) continue;
     T* dst = base + (off + c0);  // 16-byte aligned
-    uint4 v;
-    if (s_o != nullptr) {
-      v = *reinterpret_cast<const uint4*>(s_o + (c * QY + i) * ld + 8 * k);
-    } else {
-      v = splat8<T>(bp ? bp[c] : Cvt<T>::zero());
-    }
+    const uint4 v = rows_chunk<T>(s_o, c, i, QY, ld, k, bp);
     if (c0 >= col_lo && c0 + 8 <= col_hi) {
-      if (cfg.cs) __stcs(reinterpret_cast<uint4*>(dst), v);
-      else *reinterpret_cast<uint4*>(dst) = v;
+      rows_store<T>(dst, v, cfg.cs);
     } else {  // the segment's first or last chunk
       uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
       const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
@@ -124,86 +106,6 @@ __device__ __forceinline__ void store_rows16(T* on, const TensorRef& o, int nc, 
         if (in) __stcs(d16 + e, uint16_t(wv[e >> 1] >> (16 * (e & 1))));
       }
     }
-  }
-}
-
-// The stores of one partial chunk: elements [a, b) (0 <= a < b <= 8, not the whole
-// chunk [0, 8)) of the 16-byte aligned chunk dst <- v, as aligned 2-, 4- and 8-byte
-// pieces (at most 4; a segment's first or last chunk takes at most 3). scripts/model_direct_tc.py checks
-// every (a, b).
-template <typename T>
-__device__ __forceinline__ void store_chunk_part(T* dst, const uint4& v, int a, int b) {
-  auto word = [&](int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; };
-  char* d = reinterpret_cast<char*>(dst);
-  int e = a;
-  if ((e & 1) && e < b) {
-    __stcs(reinterpret_cast<unsigned short*>(d + 2 * e), (unsigned short)(word(e >> 1) >> 16));
-    ++e;
-  }
-  if ((e & 2) && e + 2 <= b) {
-    __stcs(reinterpret_cast<unsigned int*>(d + 2 * e), word(e >> 1));
-    e += 2;
-  }
-  if (e + 4 <= b) {  // e is 0 or 4 here
-    __stcs(reinterpret_cast<uint2*>(d + 2 * e), e == 0 ? make_uint2(v.x, v.y) : make_uint2(v.z, v.w));
-    e += 4;
-  }
-  if (e + 2 <= b) {
-    __stcs(reinterpret_cast<unsigned int*>(d + 2 * e), word(e >> 1));
-    e += 2;
-  }
-  if (e < b) __stcs(reinterpret_cast<unsigned short*>(d + 2 * e), (unsigned short)(word(e >> 1) & 0xffffu));
-}
-
-// store_rows16 with the same item order (consecutive threads take consecutive chunks of
-// a line, so a warp's stores cover neighbouring 16-byte chunks) and less work per item:
-// each thread steps its (line, chunk) and (channel, row) indices by the block's stride
-// with carries instead of dividing per item, and partial chunks take aligned 2/4/8-byte
-// pieces instead of eight 2-byte stores.
-template <typename T>
-__device__ __forceinline__ void store_rows16_v2(T* on, const TensorRef& o, int nc, int nrows, int QY,
-                                                int64_t oy0, int64_t oy_step, int64_t ox_base,
-                                                int col_lo, int col_hi, const T* s_o, int ld,
-                                                const T* bp, const DtcCfg& cfg) {
-  T* base = on + oy0 * o.sh + ox_base;  // line (0, 0), column 0
-  const int base_res = int((reinterpret_cast<uintptr_t>(base) >> 1) & 7);
-  const int sc = int(o.sc), rs = int(oy_step * o.sh);
-  const int nchk = cfg.nchk;
-  const int total = nc * nrows * nchk;
-  const int nthr = int(blockDim.x);
-  int it = int(threadIdx.x);
-  int line = int(div_magic(uint32_t(it), cfg.m_chk));
-  int k = it - line * nchk;
-  int c = int(div_magic(uint32_t(line), cfg.m_rows[nrows]));
-  int i = line - c * nrows;
-  const int dl = int(div_magic(uint32_t(nthr), cfg.m_chk)), dk = nthr - dl * nchk;
-  const int dc = int(div_magic(uint32_t(dl), cfg.m_rows[nrows])), di = dl - dc * nrows;
-  for (; it < total; it += nthr) {
-    const int off = c * sc + i * rs;  // line's column 0
-    const int shf = (base_res + off) & 7;
-    const int kc = ((col_lo + shf) >> 3) + k;
-    const int c0 = 8 * kc - shf;
-    if (c0 < col_hi) {
-      T* dst = base + (off + c0);  // 16-byte aligned
-      uint4 v;
-      if (s_o != nullptr) {
-        v = *reinterpret_cast<const uint4*>(s_o + (c * QY + i) * ld + 8 * kc);
-      } else {
-        v = splat8<T>(bp ? bp[c] : Cvt<T>::zero());
-      }
-      if (c0 >= col_lo && c0 + 8 <= col_hi) {
-        if (cfg.cs) __stcs(reinterpret_cast<uint4*>(dst), v);
-        else *reinterpret_cast<uint4*>(dst) = v;
-      } else {  // the segment's first or last chunk
-        store_chunk_part<T>(dst, v, col_lo - c0 > 0 ? col_lo - c0 : 0,
-                            col_hi - c0 < 8 ? col_hi - c0 : 8);
-      }
-    }
-    k += dk;
-    i += di;
-    c += dc;
-    if (k >= nchk) { k -= nchk; ++i; }
-    if (i >= nrows) { i -= nrows; ++c; }
   }
 }
 
@@ -266,7 +168,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
       T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
       const T* bp = bias ? bias + g * Cog + co0 : nullptr;
       if (vec_rows)
-        if (cfg.st) store_rows16_v2<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg);
+        if (cfg.st) store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], cfg.cs);
         else store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg);
       else
         store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
@@ -456,7 +358,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
 
     const int ld = cfg.ld;
     if (vec_rows)
-      if (cfg.st) store_rows16_v2<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg);
+      if (cfg.st) store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], cfg.cs);
       else store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg);
     else
       store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
@@ -474,9 +376,8 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   const int64_t kC = 8 * kNT, sw = p.sw;
   cfg.ld = int((32 * sw + 16 + 7) / 8 * 8);  // staging index 8k of a line's last chunk < ld
   cfg.nchk = int((32 * sw + 14) / 8 + 1);
-  auto magic = [](int64_t d) { return uint64_t(((int64_t(1) << 32) + d - 1) / d); };
-  cfg.m_chk = magic(cfg.nchk);
-  for (int r = 1; r <= 8; ++r) cfg.m_rows[r] = magic(r);
+  cfg.m_chk = div_magic_m(cfg.nchk);
+  for (int r = 1; r <= 8; ++r) cfg.m_rows[r] = div_magic_m(r);
   const int64_t nch = (p.cin_g() + 7) / 8;
   cfg.nch = int(nch);
   cfg.pix_bytes = int(16 * (nch | 1));
@@ -526,7 +427,7 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   }
   if (const char* e = std::getenv("CONVT2D_DTC_VEC")) cfg.vec = e[0] != '0';
   if (const char* e = std::getenv("CONVT2D_DTC_CS")) cfg.cs = e[0] != '0';
-  // store_rows16_v2 for 16-channel blocks (seedD fp16 0.350 -> 0.328 ms, bf16 0.356 -> 0.326;
+  // store_rows_vec (direct_tile.cuh) for 16-channel blocks (seedD fp16 0.350 -> 0.328 ms, bf16 0.356 -> 0.326;
   // off-suite 16-channel shapes equal or faster); with 32 channels per block (80 registers)
   // it measured 1-5% slower (seedC, N=4 8->32 k4 s3), so those keep the old loop. perf-notes v12.
   cfg.st = kNT == 2;

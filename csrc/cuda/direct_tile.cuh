@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include "common/problem.h"
 #include "cuda/kernels.h"
+#include "cuda/mma_core.cuh"
 
 namespace convt2d {
 namespace cuda {
@@ -125,6 +126,122 @@ __device__ __forceinline__ void store_tile(T* on, const TensorRef& o, bool chan_
       const int i = pix / ncols, cc = col_lo + (pix - i * ncols);
       __stcs(on + c * o.sc + (oy0 + i * oy_step) * o.sh + (ox_base + cc) * o.sw, val(c, i, cc));
     }
+  }
+}
+
+// n / d for the block-constant divisors of the row stores: m = ceil(2^32 / d), exact
+// while n < 2^32 / d^2 (the configs keep the item counts far below that).
+__device__ __forceinline__ uint32_t div_magic(uint32_t n, uint64_t m) {
+  return uint32_t((uint64_t(n) * m) >> 32);
+}
+inline uint64_t div_magic_m(int64_t d) { return uint64_t(((int64_t(1) << 32) + d - 1) / d); }
+
+// 16 bytes of v repeated (16 / sizeof(T) copies).
+template <typename T>
+__device__ __forceinline__ uint4 splat16(T v) {
+  T a[16 / sizeof(T)];
+#pragma unroll
+  for (int e = 0; e < int(16 / sizeof(T)); ++e) a[e] = v;
+  uint4 u;
+  memcpy(&u, a, 16);
+  return u;
+}
+
+// Vector row stores (store_rows_vec): chunk k of line (c, i) -- the staged 16 bytes at
+// staging index kE*k, or bias[c] (zero) repeated when s_o is null -- and a whole chunk's
+// store (streaming unless cs = 0).
+template <typename T>
+__device__ __forceinline__ uint4 rows_chunk(const T* s_o, int c, int i, int QY, int ld, int k,
+                                            const T* bp) {
+  constexpr int kE = 16 / int(sizeof(T));
+  if (s_o != nullptr) return *reinterpret_cast<const uint4*>(s_o + (c * QY + i) * ld + kE * k);
+  return splat16<T>(bp ? bp[c] : Cvt<T>::zero());
+}
+template <typename T>
+__device__ __forceinline__ void rows_store(T* dst, const uint4& v, int cs) {
+  if (cs) __stcs(reinterpret_cast<uint4*>(dst), v);
+  else *reinterpret_cast<uint4*>(dst) = v;
+}
+
+// The stores of one partial chunk: bytes [a, b) (even, 0 <= a < b <= 16, not the whole
+// chunk [0, 16)) of the 16-byte aligned chunk d <- v, as aligned 2-, 4- and 8-byte pieces
+// (at most 4; a segment's first or last chunk takes at most 3). For 4- and 8-byte
+// elements a and b are multiples of the element size, so no piece splits an element.
+// scripts/model_direct_tc.py checks every (a, b).
+__device__ __forceinline__ void store_chunk_part(char* d, const uint4& v, int a, int b) {
+  auto word = [&](int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; };
+  int e = a;
+  if ((e & 2) && e < b) {
+    __stcs(reinterpret_cast<unsigned short*>(d + e), (unsigned short)(word(e >> 2) >> 16));
+    e += 2;
+  }
+  if ((e & 4) && e + 4 <= b) {
+    __stcs(reinterpret_cast<unsigned int*>(d + e), word(e >> 2));
+    e += 4;
+  }
+  if (e + 8 <= b) {  // e is 0 or 8 here
+    __stcs(reinterpret_cast<uint2*>(d + e), e == 0 ? make_uint2(v.x, v.y) : make_uint2(v.z, v.w));
+    e += 8;
+  }
+  if (e + 4 <= b) {
+    __stcs(reinterpret_cast<unsigned int*>(d + e), word(e >> 2));
+    e += 4;
+  }
+  if (e < b) __stcs(reinterpret_cast<unsigned short*>(d + e), (unsigned short)(word(e >> 2) & 0xffffu));
+}
+
+// NCHW output with unit column stride: writes a tile's row segments (line (c, i) = output
+// row oy0 + i*oy_step of channel c, columns ox_base + [col_lo, col_hi)) as 16-byte chunks.
+// Work items are (line, aligned chunk) pairs, nchk chunks per line (the ones past the
+// segment skip), dealt to consecutive threads so a warp's stores cover neighbouring
+// chunks; each thread starts its (chunk, row, channel) digits by division once and steps
+// them by the block stride with one carry per digit. Partial chunks at the segment ends
+// take aligned pieces. The staging row of line (c, i) is s_o + (c*QY + i)*ld + shift(c, i),
+// shift = the output row's element offset modulo kE = 16 / sizeof(T), so chunk k of a line
+// is the aligned 16 bytes at staging index kE*k. With s_o == nullptr the lines are bias[c]
+// (or zero). m_chk, m_rows: div_magic multipliers of nchk and nrows. Element offsets from
+// the tile's origin must fit 32 bits (the launchers check).
+template <typename T>
+__device__ __forceinline__ void store_rows_vec(T* on, const TensorRef& o, int nc, int nrows, int QY,
+                                               int64_t oy0, int64_t oy_step, int64_t ox_base,
+                                               int col_lo, int col_hi, const T* s_o, int ld,
+                                               const T* bp, int nchk, uint64_t m_chk,
+                                               uint64_t m_rows, int cs) {
+  constexpr int kE = 16 / int(sizeof(T));
+  constexpr int kLgE = kE == 8 ? 3 : kE == 4 ? 2 : 1;
+  T* base = on + oy0 * o.sh + ox_base;  // line (0, 0), column 0
+  const int base_res = int((reinterpret_cast<uintptr_t>(base) / sizeof(T)) & (kE - 1));
+  const int sc = int(o.sc), rs = int(oy_step * o.sh);
+  const int total = nc * nrows * nchk;
+  const int nthr = int(blockDim.x);
+  int it = int(threadIdx.x);
+  int line = int(div_magic(uint32_t(it), m_chk));
+  int k = it - line * nchk;
+  int c = int(div_magic(uint32_t(line), m_rows));
+  int i = line - c * nrows;
+  const int dl = int(div_magic(uint32_t(nthr), m_chk)), dk = nthr - dl * nchk;
+  const int dc = int(div_magic(uint32_t(dl), m_rows)), di = dl - dc * nrows;
+  for (; it < total; it += nthr) {
+    const int off = c * sc + i * rs;  // line's column 0
+    const int shf = (base_res + off) & (kE - 1);
+    const int kc = ((col_lo + shf) >> kLgE) + k;
+    const int c0 = kE * kc - shf;
+    if (c0 < col_hi) {
+      T* dst = base + (off + c0);  // 16-byte aligned
+      const uint4 v = rows_chunk<T>(s_o, c, i, QY, ld, kc, bp);
+      if (c0 >= col_lo && c0 + kE <= col_hi) {
+        rows_store<T>(dst, v, cs);
+      } else {  // the segment's first or last chunk
+        const int a = col_lo - c0 > 0 ? col_lo - c0 : 0;
+        const int b = col_hi - c0 < kE ? col_hi - c0 : kE;
+        store_chunk_part(reinterpret_cast<char*>(dst), v, a * int(sizeof(T)), b * int(sizeof(T)));
+      }
+    }
+    k += dk;
+    i += di;
+    c += dc;
+    if (k >= nchk) { k -= nchk; ++i; }
+    if (i >= nrows) { i -= nrows; ++c; }
   }
 }
 

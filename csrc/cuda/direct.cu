@@ -323,10 +323,8 @@ static cudaError_t run_v2(const DirectParams& prm, cudaStream_t st, bool& launch
   using Acc = typename AccOf<T>::type;
   D2Cfg cfg;
   int warps = 0;
-  // store_rows_vec's 32-bit element offsets: channel, row and column spans of one tile
-  const int64_t sc = prm.out.sc < 0 ? -prm.out.sc : prm.out.sc;
-  const int64_t rs = (prm.out.sh < 0 ? -prm.out.sh : prm.out.sh) * p.sh;
-  bool want_vec = prm.out.sw == 1 && kC * sc + 16 * rs + p.Wo + 32 * p.sw + 16 < (int64_t(1) << 31);
+  // store_rows_vec: unit column stride, 32-bit offsets for up to 16 tile rows
+  bool want_vec = prm.out.sw == 1 && rows_vec_offsets_fit(prm.out, p, kC, 16);
   if (const char* e = std::getenv("CONVT2D_D2_VEC")) want_vec = want_vec && e[0] != '0';  // A/B
   const int64_t smem = direct2_config(p, kC, kPY, sizeof(Acc), sizeof(T), want_vec, cfg, warps);
   if (smem == 0) return cudaSuccess;

@@ -167,10 +167,13 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
       const int nc = Cog - co0 < kC ? int(Cog - co0) : kC;
       T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
       const T* bp = bias ? bias + g * Cog + co0 : nullptr;
-      if (vec_rows)
-        if (cfg.st) store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], cfg.cs);
-        else store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg);
-      else
+      if (vec_rows) {
+        if (cfg.st)
+          store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi,
+                            nullptr, 0, bp, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], cfg.cs);
+        else
+          store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg);
+      } else
         store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
                       [&](int c, int, int) { return bp ? bp[c] : Cvt<T>::zero(); });
     }
@@ -357,10 +360,13 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
     __syncthreads();
 
     const int ld = cfg.ld;
-    if (vec_rows)
-      if (cfg.st) store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], cfg.cs);
-      else store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg);
-    else
+    if (vec_rows) {
+      if (cfg.st)
+        store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld,
+                          nullptr, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], cfg.cs);
+      else
+        store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg);
+    } else
       store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
                     [&](int c, int i, int cc) { return s_o[(c * QY + i) * ld + cc]; });
   }
@@ -448,11 +454,7 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
   int warps = 0;
   const int64_t smem = dtc_config(p, kNT, sizeof(T), cfg, warps);
   if (smem == 0) return cudaSuccess;
-  {  // store_rows16's 32-bit offsets: channel, row and column spans of one tile
-    const int64_t sc = prm.out.sc < 0 ? -prm.out.sc : prm.out.sc;
-    const int64_t rs = (prm.out.sh < 0 ? -prm.out.sh : prm.out.sh) * p.sh;
-    if ((8 * kNT) * sc + cfg.qy_tile * rs + p.Wo + 32 * p.sw + 16 >= (int64_t(1) << 31)) cfg.vec = 0;
-  }
+  if (!rows_vec_offsets_fit(prm.out, p, 8 * kNT, cfg.qy_tile)) cfg.vec = 0;
   // Blocks per SM the registers are capped for, and samples per block (the
   // z steps a block loops over; direct_grid halves it while the grid stays
   // large). 64 channels per block: 2 blocks (128 registers; at 3 it spills

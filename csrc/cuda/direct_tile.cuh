@@ -90,6 +90,15 @@ inline bool set_tile_grid(const Problem& p, int64_t qy, int64_t max_nq, int64_t 
   return true;
 }
 
+// store_rows_vec / store_rows16 form element offsets from a tile's origin in 32 bits:
+// true when the tile's channel span (channels), row span (rows) and columns fit.
+inline bool rows_vec_offsets_fit(const TensorRef& o, const Problem& p, int64_t channels,
+                                 int64_t rows) {
+  const int64_t sc = o.sc < 0 ? -o.sc : o.sc;
+  const int64_t rs = (o.sh < 0 ? -o.sh : o.sh) * p.sh;
+  return channels * sc + rows * rs + p.Wo + 32 * p.sw + 16 < (int64_t(1) << 31);
+}
+
 // Launch grid: x = ntx * nty * sh tiles; y = (group, channel block) x sample
 // groups, up to max_npb samples per block (same weights) while the grid stays large.
 inline dim3 direct_grid(const Problem& p, const DTileGrid& g, int ngc, int64_t max_npb = 4) {

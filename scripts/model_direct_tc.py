@@ -70,7 +70,7 @@ def div_magic(n, m):  # n: np.int64 array (< 2^32), m < 2^33
 
 
 def stepped(total, nthr, dims):
-    """The kernels' carry-stepped decode (store_rows16_v2, the x staging): item it =
+    """The kernels' carry-stepped decode (store_rows_vec pass 1, the x staging): item it =
     t + j*nthr of thread t as mixed-radix digits (fastest first) of radices `dims`, started
     by division and stepped by nthr's digits with one carry per digit. Returns the digit
     arrays in item order (items past total dropped)."""
@@ -104,38 +104,6 @@ def stepped(total, nthr, dims):
     return out
 
 
-def chunk_pieces(a, b):
-    """store_chunk_part (direct_tile.cuh, which takes byte offsets 2a, 2b): (element, bytes)
-    of the aligned pieces storing 2-byte elements [a, b) of a chunk. For 4- and 8-byte
-    elements the byte offsets are multiples of 4 / 8, a subset of the cases checked."""
-    out, e = [], a
-    if (e & 1) and e < b:
-        out.append((e, 2)); e += 1
-    if (e & 2) and e + 2 <= b:
-        out.append((e, 4)); e += 2
-    if e + 4 <= b:
-        chk(e in (0, 4), 'store_chunk_part: 8-byte piece misaligned')
-        out.append((e, 8)); e += 4
-    if e + 2 <= b:
-        out.append((e, 4)); e += 2
-    if e < b:
-        out.append((e, 2))
-    return out
-
-
-for _a in range(8):  # the pieces cover [a, b) exactly, each aligned to its size
-    for _b in range(_a + 1, 9):
-        if (_a, _b) == (0, 8):  # a whole chunk: never a partial one (the kernel's precondition)
-            continue
-        _cov = []
-        for _e, _n in chunk_pieces(_a, _b):
-            if (2 * _e) % _n:
-                raise SystemExit(f'store_chunk_part piece misaligned: [{_a},{_b}) at {_e}')
-            _cov += list(range(_e, _e + _n // 2))
-        if _cov != list(range(_a, _b)):
-            raise SystemExit(f'store_chunk_part covers {_cov} for [{_a},{_b})')
-
-
 def dtc_config(P, kNT, t_bytes, force_qy=None):
     sh, sw = P['sh'], P['sw']
     if sw > MAXS or sh > MAXS:
@@ -149,7 +117,7 @@ def dtc_config(P, kNT, t_bytes, force_qy=None):
     cfg['kstep_x'] = sw // math.gcd(sw, P['dw'])
     cfg['koffs_x'] = cfg['kstep_x'] * P['dw'] // sw
     cfg['ld'] = (32 * sw + 16 + 7) // 8 * 8
-    cfg['nchk'] = (32 * sw + 14) // 8 + 1
+    cfg['nchk'] = 32 * sw * 2 // 16  # rows_vec_chunks: whole 16-byte chunks per line
     cfg['m_chk'] = magic(cfg['nchk'])
     cfg['m_rows'] = [0] + [magic(r) for r in range(1, 9)]
     Cig = P['Cin'] // P['G']
@@ -285,7 +253,7 @@ def run_problem(P, kNT, force_qy, vec, out_shift_el, stats):
     nthr = 32 * cfg['warps']
     x, w, bias = P['x'], P['w'], P['bias']
 
-    # run_dtc: 32-bit store_rows16 offsets (NCHW contiguous output)
+    # run_dtc: 32-bit store_rows_vec offsets (NCHW contiguous output)
     osn, osc, osh, osw = Cout * Ho * Wo, Ho * Wo, Wo, 1
     if kC * osc + QY * osh * sh + Wo + 32 * sw + 16 >= (1 << 31):
         vec = 0
@@ -321,7 +289,9 @@ def run_problem(P, kNT, force_qy, vec, out_shift_el, stats):
     o_end = o_off + kC * QY * ld * 2
     w_end = w_off + cfg['w_bytes']
 
-    def store_rows16(on_el, nc, nrows, oy0, ox_base, col_lo, col_hi, sm, zs, bp):
+    def store_rows_vec(on_el, nc, nrows, oy0, ox_base, col_lo, col_hi, sm, zs, bp):
+        """direct_tile.cuh store_rows_vec_impl for 2-byte elements (kE = 8): pass 1 the whole
+        aligned chunks of each line, pass 2 the up to 7 elements at each segment end."""
         base = on_el + oy0 * osh + ox_base
         base_res = base & 7
         scv, rs = i32(osc, 'sc'), i32(sh * osh, 'rs')
@@ -332,17 +302,18 @@ def run_problem(P, kNT, force_qy, vec, out_shift_el, stats):
         c = div_magic(line, cfg['m_rows'][nrows])
         chk(np.array_equal(c, line // nrows), 'div_magic(line, nrows) inexact')
         i = line - c * nrows
-        # store_rows16_v2 steps (chunk, row, channel) per thread instead of dividing
+        # pass 1 steps (chunk, row, channel) per thread instead of dividing
         kk_s, i_s, c_s = stepped(total, nthr, [nchk, nrows, nc + 1])
         chk(np.array_equal(kk_s, it - line * nchk) and np.array_equal(i_s, i) and
-            np.array_equal(c_s, c), 'store_rows16_v2 stepped decode differs')
+            np.array_equal(c_s, c), 'store_rows_vec stepped decode differs')
         off = c * scv + i * rs
-        chk(np.all(np.abs(off) < (1 << 31)), 'store_rows16 off overflow')
+        chk(np.all(np.abs(off) < (1 << 31)), 'store_rows_vec off overflow')
         shf = (base_res + off) & 7
-        k = ((col_lo + shf) >> 3) + (it - line * nchk)
+        k = ((col_lo + shf + 7) >> 3) + (it - line * nchk)
         c0 = 8 * k - shf
-        keep = c0 < col_hi
-        c, i, off, k, c0 = c[keep], i[keep], off[keep], k[keep], c0[keep]
+        keep = c0 + 8 <= col_hi
+        chk(np.all(c0[keep] >= col_lo), 'whole chunk starts before the segment')
+        c, i, off, k, c0, shf = c[keep], i[keep], off[keep], k[keep], c0[keep], shf[keep]
         dst = base + off + c0
         chk(np.all(dst % 8 == 0), 'vector store misaligned')
         e = np.arange(8)
@@ -354,11 +325,29 @@ def run_problem(P, kNT, force_qy, vec, out_shift_el, stats):
         else:
             vals = np.broadcast_to((bp[c] if bp is not None else np.zeros(len(c)))[:, None], (len(c), 8))
             stv = np.full((len(c), 8), zs)
-        colv = c0[:, None] + e
-        inn = (colv >= col_lo) & (colv < col_hi)
-        chk(np.all(stv[inn] == zs), 's_o read of an element not written in this z step (stored)')
-        stats['discarded_stale_reads'] = stats.get('discarded_stale_reads', 0) + int(np.sum(stv[~inn] != zs))
-        write_out((dst[:, None] + e)[inn], vals[inn])
+        chk(np.all(stv == zs), 's_o read of an element not written in this z step (stored)')
+        write_out((dst[:, None] + e).reshape(-1), np.asarray(vals).reshape(-1))
+        # pass 2: items (line, j), j < 14
+        it = np.arange(nc * nrows * 14, dtype=np.int64)
+        line, j = it // 14, it % 14
+        c = div_magic(line, cfg['m_rows'][nrows])
+        i = line - c * nrows
+        off = c * scv + i * rs
+        shf = (base_res + off) & 7
+        first = 8 * ((col_lo + shf + 7) >> 3) - shf
+        nfull = np.where(col_hi > first, (col_hi - first) >> 3, 0)
+        col = np.where(j < 7, col_lo + j, first + 8 * nfull + (j - 7))
+        keep = np.where(j < 7, col < first, True) & (col < col_hi)
+        c, i, off, shf, col = c[keep], i[keep], off[keep], shf[keep], col[keep]
+        chk(np.all(col >= col_lo), 'edge element before the segment')
+        if sm is not None:
+            sidx = o_off // 2 + (c * QY + i) * ld + shf + col
+            chk(np.all((sidx * 2 >= o_off) & (sidx * 2 + 2 <= o_end)), 's_o element read outside s_o')
+            chk(np.all(sm.st[sidx] == zs), 's_o read of an element not written in this z step (edge)')
+            vals = sm.v[sidx]
+        else:
+            vals = bp[c] if bp is not None else np.zeros(len(c))
+        write_out(base + off + col, vals)
         # every (line, column) exactly once is checked by the global write counter
 
     def store_tile(on_el, nc, nrows, oy0, ox_base, col_lo, col_hi, val):
@@ -397,7 +386,7 @@ def run_problem(P, kNT, force_qy, vec, out_shift_el, stats):
                     on_el = OB + n * osn + (g * Cog + co0) * osc
                     bp = bias[g * Cog + co0: g * Cog + co0 + nc].numpy() if bias is not None else None
                     if vec_rows:
-                        store_rows16(on_el, nc, nrows, oy0, ox_base, col_lo, col_hi, None, 0, bp)
+                        store_rows_vec(on_el, nc, nrows, oy0, ox_base, col_lo, col_hi, None, 0, bp)
                     else:
                         store_tile(on_el, nc, nrows, oy0, ox_base, col_lo, col_hi,
                                    lambda c, i, cc: np.full(len(cc), bp[c] if bp is not None else 0.0))
@@ -541,7 +530,7 @@ def run_problem(P, kNT, force_qy, vec, out_shift_el, stats):
                                     sm.v[sidx] = D[mt][(q - mt * 16), c] + s_b[c]
                                     sm.st[sidx] = zs
                 if vec_rows:
-                    store_rows16(on_el, nc, nrows, oy0, ox_base, col_lo, col_hi, sm, zs, None)
+                    store_rows_vec(on_el, nc, nrows, oy0, ox_base, col_lo, col_hi, sm, zs, None)
                 else:
                     def val(c, i, cc, sm=sm, zs=zs):
                         sidx = o_off // 2 + (c * QY + i) * ld + cc

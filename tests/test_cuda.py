@@ -731,33 +731,49 @@ _DIRECT_CFGS = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp16-cuda-cores", "fp32"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp16-cuda-cores", "fp32", "fp32-tf32"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _DIRECT_CFGS, ids=lambda c: c.id())
 def test_direct_kernel_shapes(cfg, dtype, layout, monkeypatch):
-    """16-bit runs the tensor-core direct kernel (direct_tc.cu); "fp16-cuda-cores" forces the
-    CUDA-core one (CONVT2D_DIRECT_TC=0)."""
+    """16-bit and fp32 with TF32 allowed ("fp32-tf32") run the tensor-core direct kernel
+    (direct_tc.cu); "fp16-cuda-cores" forces the CUDA-core one (CONVT2D_DIRECT_TC=0), and fp32
+    with TF32 off always runs it."""
     monkeypatch.setenv("CONVT2D_KERNEL", "direct")
     if dtype == "fp16-cuda-cores":
         monkeypatch.setenv("CONVT2D_DIRECT_TC", "0")
         dtype = "fp16"
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    tf32 = dtype == "fp32-tf32"
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+          "fp32-tf32": torch.float32}[dtype]
     x, w, b = cfg.make(dt, "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
-    with _tf32_off():
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
         check(x, w, b, cfg.kwargs(), backward=False, what=f"direct {layout} {dtype} ")
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_direct_tc_kernel_runs_for_16_bit(dtype, monkeypatch):
-    """seedC- and seedD-like 16-bit forwards run the tensor-core direct kernel by default and
-    the CUDA-core one with CONVT2D_DIRECT_TC=0; both match the float64 reference. One input
-    pixel is +inf: the outputs it reaches are inf, no output is NaN (the kernel pads odd
-    K-item counts with zeros on both operands, never x * 0)."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_direct_tc_kernel_runs(dtype, monkeypatch):
+    """seedC- and seedD-like 16-bit forwards, and fp32 ones with TF32 allowed (torch's
+    default), run the tensor-core direct kernel by default and the CUDA-core one with
+    CONVT2D_DIRECT_TC=0; both match the float64 reference. fp32 with TF32 off never runs it.
+    One input pixel is +inf: the outputs it reaches are inf, no output is NaN (the kernel pads
+    odd K-item counts with zeros on both operands, never x * 0)."""
     cfgs = [Cfg(2, 32, 64, 12, 20, k=3, stride=5, padding=1, dilation=2, bias=True),
             Cfg(2, 32, 64, 10, 14, k=(3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1),
                 groups=4)]
+    if dtype == torch.float32:
+        for cfg in cfgs:
+            x, w, b = cfg.make(dtype, "cuda")
+            with _tf32_off():
+                names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+                assert not any("direct_tc_kernel" in n for n in names), (cfg.id(), names)
+                check(x, w, b, cfg.kwargs(), backward=False, what="TF32 off ")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        _direct_tc_runs(cfgs, dtype, monkeypatch)
+
+
+def _direct_tc_runs(cfgs, dtype, monkeypatch):
     for cfg in cfgs:
         for env, want in [("1", True), ("0", False)]:
             monkeypatch.setenv("CONVT2D_DIRECT_TC", env)
@@ -780,16 +796,20 @@ def test_direct_tc_kernel_runs_for_16_bit(dtype, monkeypatch):
         assert torch.equal(out.isinf().cpu(), ref.isinf()), "inf pattern differs"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("nt", ["8", "4", "2"])
-def test_direct_tc_single_warp_block(nt, monkeypatch):
+def test_direct_tc_single_warp_block(nt, dtype, monkeypatch):
     """sw = 1 and one row per tile give blocks of one warp (32 threads): with 64 channels per
     block (CONVT2D_DTC_NT=8) the bias staging once covered only channels 0..31, and channel 32
     read uninitialised shared memory (found by a Python model of the kernel, 2026-11-23)."""
     monkeypatch.setenv("CONVT2D_KERNEL", "direct")
     monkeypatch.setenv("CONVT2D_DTC_NT", nt)
     for cfg in [Cfg(1, 1, 33, 1, 1, k=1, bias=False), Cfg(2, 3, 70, 1, 5, k=1, bias=True)]:
-        x, w, b = cfg.make(torch.bfloat16, "cuda")
-        check(x, w, b, cfg.kwargs(), backward=False, what=f"one-warp nt={nt} ")
+        x, w, b = cfg.make(dtype, "cuda")
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+            names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+            assert any("direct_tc_kernel" in n for n in names), (cfg.id(), names)
+            check(x, w, b, cfg.kwargs(), backward=False, what=f"one-warp nt={nt} ")
 
 
 # The patch GEMM (patch_gemm.cu): kernel == stride, no padding, NCHW; one GEMM per (n, group)

@@ -293,13 +293,15 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     prm.w = w.data_ptr();
     prm.bias = b.defined() ? b.data_ptr() : nullptr;
     at::Tensor wpk;
-    if (const int kc = cuda::direct_tc_channels(p, dt)) {
-      // [G][Cig][Cog][kk] -> [G][Cog/kc][kk][Cig/8][kc][8], both channel counts zero padded
+    if (const int kc = cuda::direct_tc_channels(p, dt, math)) {
+      // [G][Cig][Cog][kk] -> [G][Cog/kc][kk][Cig/ke][kc][ke], both channel counts zero
+      // padded; ke = channels per 16 bytes (8 for 16-bit, 4 for fp32 with TF32 allowed)
       const int64_t G = p.groups, cig = p.cin_g(), cog = p.cout_g(), kk = p.kh * p.kw;
-      const int64_t nch = (cig + 7) / 8, ncob = (cog + kc - 1) / kc;
-      auto wz = at::zeros({G, nch * 8, ncob * kc, kk}, w.options());
+      const int64_t ke = 16 / int64_t(w.element_size());
+      const int64_t nch = (cig + ke - 1) / ke, ncob = (cog + kc - 1) / kc;
+      auto wz = at::zeros({G, nch * ke, ncob * kc, kk}, w.options());
       wz.narrow(1, 0, cig).narrow(2, 0, cog).copy_(w.view({G, cig, cog, kk}));
-      wpk = wz.view({G, nch, 8, ncob, kc, kk}).permute({0, 3, 5, 1, 4, 2}).contiguous();
+      wpk = wz.view({G, nch, ke, ncob, kc, kk}).permute({0, 3, 5, 1, 4, 2}).contiguous();
       prm.wpk = wpk.data_ptr();
       prm.wpk_channels = kc;
     }

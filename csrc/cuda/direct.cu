@@ -44,7 +44,7 @@ struct D2Cfg : DTileGrid {
   int pad = 0;           // 1: staging column c stored at c + c/32 (sw even)
   int vec = 0;           // 1: store_rows_vec (16-byte chunks; rows staged shifted to the
                          // output's alignment), else store_tile
-  int nchk = 0;          // store_rows_vec: chunks per line, div_magic multipliers
+  int nchk = 0;          // store_rows_vec: whole chunks per line, div_magic multipliers
   uint64_t m_chk = 0, m_rows[17] = {};
   int w_bytes = 0;       // weights + bias region (16-byte multiple)
   int ncob = 0, ngc = 0, nz = 0;  // channel blocks, G*ncob, N*G*ncob
@@ -292,7 +292,7 @@ static int64_t direct2_config(const Problem& p, int kC, int py, int64_t acc_byte
   const int64_t ke = 16 / t_bytes;  // elements per 16-byte chunk
   // vec: room for the 0..ke-1 shift and the last chunk (staging index ke*k < ld)
   cfg.ld = int(cfg.pad ? 33 * sw : cfg.vec ? (32 * sw + 2 * ke + ke - 1) / ke * ke : 32 * sw);
-  cfg.nchk = int((32 * sw + 2 * ke - 2) / ke + 1);
+  cfg.nchk = rows_vec_chunks(sw, t_bytes);
   cfg.m_chk = div_magic_m(cfg.nchk);
   for (int r = 1; r <= 16; ++r) cfg.m_rows[r] = div_magic_m(r);
   cfg.w_bytes = int(align16((p.cin_g() * p.kh * p.kw * kC + kC) * acc_bytes));

@@ -1,28 +1,36 @@
-// Direct forward on tensor cores for 16-bit types (bf16 / fp16, fp32 accumulate):
-// the shapes the glue routes to the direct kernel (few reduced channels per
-// output: seedC, seedD). The CUDA-core kernel (direct.cu) spends ~80% of its
-// issue slots on gathers and address arithmetic around the FMAs (ncu, perf-notes
-// v5.2); here the activation is staged once per block in shared memory and the
-// products run on mma.sync m16n8k16.
+// Direct forward on tensor cores for bf16 / fp16 (mma.sync m16n8k16) and for fp32
+// with TF32 allowed (m16n8k8 tf32; fp32 accumulate throughout): the shapes the glue
+// routes to the direct kernel (few reduced channels per output: seedC, seedD). The
+// CUDA-core kernel (direct.cu) spends ~80% of its issue slots on gathers and address
+// arithmetic around the FMAs (ncu, perf-notes v5.2); here the activation is staged
+// once per block in shared memory and the products run on tensor cores.
+//
+// A K item is one 16-byte chunk of kCh = 16 / sizeof(T) channels (8 for 16-bit, 4
+// for fp32) and one mma k-step takes two items, so the ldmatrix addressing is the
+// same for both: an 8x8 b16 matrix is 8 rows x 4 tf32 values, and lane l receives
+// (row l/4, value l%4), exactly the tf32 fragment element (g, t). fp32 operands go
+// to the tensor cores as their bits (the low 13 mantissa bits ignored, as
+// tc_igemm.cu).
 //
 // Tile (as direct2_fwd_kernel): one block owns QY rows of row phase ry by
 // 32*sw consecutive output columns, for kC = 8*kNT output channels of one
 // (n, group) per z step. Per z step:
 //   1. The block stages the x window its tile reads, channels innermost:
-//      s_x[row][col][ci] (ci padded to 8-channel chunks, pixel pitch an odd
+//      s_x[row][col][ci] (ci padded to kCh-channel chunks, pixel pitch an odd
 //      multiple of 16 bytes so ldmatrix rows never share banks; zeros outside
 //      the image), and (when (g, channel block) changes) the weights, packed
-//      by the glue as [G][Cout/groups / kC][tap][chunk][kC][8 ci] (zero padded),
+//      by the glue as [G][Cout/groups / kC][tap][chunk][kC][kCh ci] (zero padded),
 //      by 16-byte copies.
 //   2. Warp unit = (column phase rx, tile row r): a 32 x kC x K GEMM, rows =
 //      the 32 columns Q of the phase, K = the taps reaching (ry, rx) x chunks.
-//      A k16 step is two K items (tap, chunk); an item table per block gives
+//      An mma k-step is two K items (tap, chunk); an item table per block gives
 //      each item's byte offset into s_x (row shift by tap row, column shift
 //      by tap column) and s_w, so each lane's ldmatrix address is a base plus
 //      one table entry. An odd item count is padded with an item that reads
 //      zeros on both sides (not x * 0: x may hold inf).
 //   3. The accumulators (+ bias) go to the staging tile s_o[kC][QY][ld] as in
-//      direct2, and the block writes whole output row segments (store_tile).
+//      direct2, and the block writes whole output row segments (store_rows_vec
+//      for NCHW outputs, else store_tile).
 //   Column phases no tap reaches stage the bias; row phases no tap reaches are
 //   written directly.
 #include <cstdlib>
@@ -49,10 +57,9 @@ struct DtcCfg : DTileGrid {
   // byte offsets into dynamic shared memory
   int w_off = 0, wz_off = 0, b_off = 0, tab_off = 0, rx_off = 0, xz_off = 0, x_off = 0, o_off = 0;
   int ncob = 0, ngc = 0, nz = 0;
-  int vec = 1;                 // store_rows16 where the layout allows (CONVT2D_DTC_VEC=0: off)
-  int cs = 1;                  // store_rows16 with streaming stores (CONVT2D_DTC_CS=0: plain)
-  int st = 1;                  // store_rows_vec, else store_rows16 (CONVT2D_DTC_ST=0/1: A/B)
-  int nchk = 0;                // store_rows16: 8-column chunks per line (upper bound)
+  int vec = 1;                 // store_rows_vec where the layout allows (CONVT2D_DTC_VEC=0: off)
+  int cs = 1;                  // store_rows_vec with streaming stores (CONVT2D_DTC_CS=0: plain)
+  int nchk = 0;                // store_rows_vec: whole chunks per line
   uint64_t m_chk = 0;          // div_magic multipliers: by nchk, by 1..8 rows
   uint64_t m_rows[9] = {};
 };
@@ -63,49 +70,15 @@ __device__ __forceinline__ uint32_t pack2(T lo, T hi) {
   const uint16_t h = *reinterpret_cast<const uint16_t*>(&hi);
   return uint32_t(l) | (uint32_t(h) << 16);
 }
-
-// 16-bit NCHW output with unit column stride: writes the tile's row segments
-// (line (c, i) = output row oy0 + i*oy_step of channel c, columns
-// ox_base + [col_lo, col_hi)) with 16-byte streaming stores. Work items are
-// (line, aligned 8-column chunk) pairs dealt to all threads (cfg.nchk chunks per
-// line, the ones past the segment skip); partial chunks at the segment ends are
-// stored element by element. The staging row of line (c, i) is
-// s_o + (c*QY + i)*ld + shift(c, i) with shift = the output row's element
-// offset modulo 8, so chunk k of a line is the aligned 16 bytes at staging
-// index 8k. With s_o == nullptr the lines are bias[c] (or zero).
+// One staged 16-byte chunk: kCh = 16 / sizeof(T) channel values as four 32-bit words.
 template <typename T>
-__device__ __forceinline__ void store_rows16(T* on, const TensorRef& o, int nc, int nrows, int QY,
-                                             int64_t oy0, int64_t oy_step, int64_t ox_base,
-                                             int col_lo, int col_hi, const T* s_o, int ld,
-                                             const T* bp, const DtcCfg& cfg) {
-  T* base = on + oy0 * o.sh + ox_base;  // line (0, 0), column 0
-  const int base_res = int((reinterpret_cast<uintptr_t>(base) >> 1) & 7);
-  // 32-bit element offsets from base (run_dtc checks that they fit)
-  const int sc = int(o.sc), rs = int(oy_step * o.sh);
-  const uint32_t nchk = uint32_t(cfg.nchk);
-  const uint32_t total = uint32_t(nc * nrows) * nchk;
-  for (uint32_t it = threadIdx.x; it < total; it += blockDim.x) {
-    const uint32_t line = div_magic(it, cfg.m_chk);
-    const int c = int(div_magic(line, cfg.m_rows[nrows]));
-    const int i = int(line) - c * nrows;
-    const int off = c * sc + i * rs;  // line's column 0
-    const int shf = (base_res + off) & 7;
-    const int k = ((col_lo + shf) >> 3) + int(it - line * nchk);
-    const int c0 = 8 * k - shf;
-    if (c0 >= col_hi) continue;
-    T* dst = base + (off + c0);  // 16-byte aligned
-    const uint4 v = rows_chunk<T>(s_o, c, i, QY, ld, k, bp);
-    if (c0 >= col_lo && c0 + 8 <= col_hi) {
-      rows_store<T>(dst, v, cfg.cs);
-    } else {  // the segment's first or last chunk
-      uint16_t* d16 = reinterpret_cast<uint16_t*>(dst);
-      const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+__device__ __forceinline__ void pack_chunk(const T (&v)[16 / sizeof(T)], uint32_t (&pk)[4]) {
+  if constexpr (sizeof(T) == 4) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const bool in = c0 + e >= col_lo && c0 + e < col_hi;
-        if (in) __stcs(d16 + e, uint16_t(wv[e >> 1] >> (16 * (e & 1))));
-      }
-    }
+    for (int e = 0; e < 4; ++e) pk[e] = __float_as_uint(v[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) pk[e] = pack2<T>(v[2 * e], v[2 * e + 1]);
   }
 }
 
@@ -113,6 +86,8 @@ template <typename T, int kNT, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kDtcWarps, kMinBlocks)
 direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant__ DtcCfg cfg) {
   constexpr int kC = 8 * kNT;
+  constexpr int kCh = 16 / int(sizeof(T));  // channels per 16-byte chunk (K item)
+  constexpr int kEm = kCh - 1;               // staging shift mask (elements per chunk - 1)
   static_assert(kNT % 2 == 0, "B fragments are loaded two n-tiles at a time");
   extern __shared__ __align__(128) unsigned char smem[];
   const Problem& p = prm.p;
@@ -167,13 +142,10 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
       const int nc = Cog - co0 < kC ? int(Cog - co0) : kC;
       T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
       const T* bp = bias ? bias + g * Cog + co0 : nullptr;
-      if (vec_rows) {
-        if (cfg.st)
-          store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi,
-                            nullptr, 0, bp, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], cfg.cs);
-        else
-          store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, nullptr, 0, bp, cfg);
-      } else
+      if (vec_rows)
+        store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi,
+                          nullptr, 0, bp, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], cfg.cs);
+      else
         store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
                       [&](int c, int, int) { return bp ? bp[c] : Cvt<T>::zero(); });
     }
@@ -246,7 +218,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
       for (int c = tid; c < kC; c += nthr)  // a block may have fewer threads than kC
         s_b[c] = (bias != nullptr && c < nc) ? Cvt<T>::to_acc(bias[g * Cog + co0 + c]) : 0.f;
     }
-    // s_x[rr][cc][c8*8 + e] = x[n, g*Cig + c8*8 + e, iy_base + rr, ix_base + cc]
+    // s_x[rr][cc][c8*kCh + e] = x[n, g*Cig + c8*kCh + e, iy_base + rr, ix_base + cc]
     {
       const T* xn = x + n * prm.x.sn + int64_t(g) * Cig * xsc;
       const int items = rows_in * cfg.cols_in * nch;
@@ -260,14 +232,13 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
       for (int i = tid; i < items; i += nthr) {
         const int64_t iy = iy_base + rr, ix = ix_base + cc;
         const bool ok = iy >= 0 && iy < p.H && ix >= 0 && ix < p.W;
-        const T* src = xn + (ok ? iy * xsh + ix * xsw : 0) + int64_t(c8) * 8 * xsc;
-        const int cleft = Cig - c8 * 8;
-        T v[8];
+        const T* src = xn + (ok ? iy * xsh + ix * xsw : 0) + int64_t(c8) * kCh * xsc;
+        const int cleft = Cig - c8 * kCh;
+        T v[kCh];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = (ok && e < cleft) ? src[e * xsc] : Cvt<T>::zero();
+        for (int e = 0; e < kCh; ++e) v[e] = (ok && e < cleft) ? src[e * xsc] : Cvt<T>::zero();
         uint32_t pk[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pk[e] = pack2<T>(v[2 * e], v[2 * e + 1]);
+        pack_chunk<T>(v, pk);
         sts128(xs + uint32_t((rr * cfg.cols_in + cc) * pix_bytes + c8 * 16), pk);
         cc += dcc;
         const int cy = cc >= cols_in;
@@ -279,14 +250,14 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
     }
     __syncthreads();
 
-    // Staging shift of line (c, i): (sh0 + c*shc + i*shr) & 7 = the element offset
-    // modulo 8 of that output row's column 0 (store_rows16); 0 for other layouts.
+    // Staging shift of line (c, i): (sh0 + c*shc + i*shr) & kEm = the element offset
+    // modulo 16 bytes of that output row's column 0 (vector row stores); 0 for other layouts.
     T* on = out + n * prm.out.sn + (g * Cog + co0) * prm.out.sc;
     int sh0 = 0, shc = 0, shr = 0;
     if (vec_rows) {
-      sh0 = int((reinterpret_cast<uintptr_t>(on + oy0 * prm.out.sh + ox_base) >> 1) & 7);
-      shc = int(prm.out.sc & 7);
-      shr = int((p.sh * prm.out.sh) & 7);
+      sh0 = int((reinterpret_cast<uintptr_t>(on + oy0 * prm.out.sh + ox_base) / sizeof(T)) & kEm);
+      shc = int(prm.out.sc & kEm);
+      shr = int((p.sh * prm.out.sh) & kEm);
     }
 
     for (int u = warp; u < nunits; u += nwarps) {
@@ -296,7 +267,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
       if (steps == 0) {  // no tap reaches this column phase: bias
         const int col = lane * sw + rx;
         for (int c = 0; c < nc; ++c)
-          s_o[(c * QY + r) * cfg.ld + ((sh0 + c * shc + r * shr) & 7) + col] = Cvt<T>::from_acc(s_b[c]);
+          s_o[(c * QY + r) * cfg.ld + ((sh0 + c * shc + r * shr) & kEm) + col] = Cvt<T>::from_acc(s_b[c]);
         continue;
       }
       float acc[2][kNT][4];
@@ -342,7 +313,7 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int c = nt * 8 + 2 * (lane & 3) + e;
-          coff[nt][e] = c * QY * cfg.ld + ((shr_r + c * shc) & 7);
+          coff[nt][e] = c * QY * cfg.ld + ((shr_r + c * shc) & kEm);
         }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -360,13 +331,10 @@ direct_tc_kernel(const __grid_constant__ DirectParams prm, const __grid_constant
     __syncthreads();
 
     const int ld = cfg.ld;
-    if (vec_rows) {
-      if (cfg.st)
-        store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld,
-                          nullptr, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], cfg.cs);
-      else
-        store_rows16<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld, nullptr, cfg);
-    } else
+    if (vec_rows)
+      store_rows_vec<T>(on, prm.out, nc, nrows, QY, oy0, p.sh, ox_base, col_lo, col_hi, s_o, ld,
+                        nullptr, cfg.nchk, cfg.m_chk, cfg.m_rows[nrows], cfg.cs);
+    else
       store_tile<T>(on, prm.out, chan_fast, nc, nrows, oy0, p.sh, ox_base, col_lo, col_hi,
                     [&](int c, int i, int cc) { return s_o[(c * QY + i) * ld + cc]; });
   }
@@ -380,11 +348,13 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   int64_t max_nq = 0;
   if (!set_tile_phases(p, cfg, max_nq)) return 0;
   const int64_t kC = 8 * kNT, sw = p.sw;
-  cfg.ld = int((32 * sw + 16 + 7) / 8 * 8);  // staging index 8k of a line's last chunk < ld
-  cfg.nchk = int((32 * sw + 14) / 8 + 1);
+  const int64_t ke = 16 / t_bytes;  // elements (channels) per 16-byte chunk
+  // the staging index ke*k of a line's last chunk (shifted by up to ke - 1) + ke <= ld
+  cfg.ld = int((32 * sw + 2 * ke + ke - 1) / ke * ke);
+  cfg.nchk = rows_vec_chunks(sw, t_bytes);
   cfg.m_chk = div_magic_m(cfg.nchk);
   for (int r = 1; r <= 8; ++r) cfg.m_rows[r] = div_magic_m(r);
-  const int64_t nch = (p.cin_g() + 7) / 8;
+  const int64_t nch = (p.cin_g() + ke - 1) / ke;
   cfg.nch = int(nch);
   cfg.pix_bytes = int(16 * (nch | 1));
   // Column offsets of the taps, row reach and item-table size.
@@ -427,17 +397,15 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   int64_t qy = 8;
   while (qy > 1 && qy / 2 >= max_nq) qy /= 2;  // no taller than the phase
   while (qy > 1 && layout(qy) > kDtcBudget) qy /= 2;
+  // 16-channel blocks: no taller than four blocks per SM allow (fp32 seedD: qy 8 -> 4,
+  // three -> four blocks per SM, 0.525 -> 0.472 ms; 16-bit tiles already fit four).
+  while (kNT == 2 && qy > 2 && 4 * (layout(qy) + 1024) > optin) qy /= 2;
   if (const char* e = std::getenv("CONVT2D_DTC_QY")) {  // A/B: force the tile height
     const int64_t v = std::atoi(e);
     if (v == 1 || v == 2 || v == 4 || v == 8) qy = v;
   }
   if (const char* e = std::getenv("CONVT2D_DTC_VEC")) cfg.vec = e[0] != '0';
   if (const char* e = std::getenv("CONVT2D_DTC_CS")) cfg.cs = e[0] != '0';
-  // store_rows_vec (direct_tile.cuh) for 16-channel blocks (seedD fp16 0.350 -> 0.328 ms, bf16 0.356 -> 0.326;
-  // off-suite 16-channel shapes equal or faster); with 32 channels per block (80 registers)
-  // it measured 1-5% slower (seedC, N=4 8->32 k4 s3), so those keep the old loop. perf-notes v12.
-  cfg.st = kNT == 2;
-  if (const char* e = std::getenv("CONVT2D_DTC_ST")) cfg.st = e[0] != '0';
   const int64_t smem = layout(qy);
   if (smem > optin) return 0;
   const int64_t units = sw * qy;
@@ -478,10 +446,15 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
   return cudaGetLastError();
 }
 
+static bool dtc_dtype(DType dt, MathMode math) {
+  return dt == DType::kHalf || dt == DType::kBFloat16 ||
+         (dt == DType::kFloat && math == MathMode::kTF32);
+}
+
 // kNT for the problem (the largest that fits, starting from the channels per
 // group), or 0 when the kernel does not take it.
-static int dtc_ntiles(const Problem& p, DType dt) {
-  if (dt != DType::kHalf && dt != DType::kBFloat16) return 0;
+static int dtc_ntiles(const Problem& p, DType dt, MathMode math) {
+  if (!dtc_dtype(dt, math)) return 0;
   const char* env = std::getenv("CONVT2D_DIRECT_TC");
   if (env != nullptr && env[0] == '0') return 0;
   int dev = 0, major = 0;
@@ -503,19 +476,27 @@ static int dtc_ntiles(const Problem& p, DType dt) {
   for (int nt = first; nt >= 2; nt /= 2) {
     DtcCfg cfg;
     int warps = 0;
-    if (dtc_config(p, nt, 2, cfg, warps) > 0) return nt;
+    if (dtc_config(p, nt, dt == DType::kFloat ? 4 : 2, cfg, warps) > 0) return nt;
   }
   return 0;
 }
 
-int direct_tc_channels(const Problem& p, DType dt) { return 8 * dtc_ntiles(p, dt); }
+int direct_tc_channels(const Problem& p, DType dt, MathMode math) {
+  return 8 * dtc_ntiles(p, dt, math);
+}
 
 // The glue asked direct_tc_channels and packed the weight for that many channels
 // per block (wpk_channels); a launch without a packed weight is not taken.
 cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st, bool& launched) {
   launched = false;
-  if (prm.wpk == nullptr || (dt != DType::kHalf && dt != DType::kBFloat16)) return cudaSuccess;
+  if (prm.wpk == nullptr || !dtc_dtype(dt, MathMode::kTF32)) return cudaSuccess;
   const int nt = prm.wpk_channels / 8;
+  if (dt == DType::kFloat) {  // packed only with TF32 allowed (direct_tc_channels)
+    if (nt == 8) return run_dtc<float, 8>(prm, st, launched);
+    if (nt == 4) return run_dtc<float, 4>(prm, st, launched);
+    if (nt == 2) return run_dtc<float, 2>(prm, st, launched);
+    return cudaSuccess;
+  }
   if (dt == DType::kHalf) {
     if (nt == 8) return run_dtc<__half, 8>(prm, st, launched);
     if (nt == 4) return run_dtc<__half, 4>(prm, st, launched);

@@ -3,6 +3,7 @@
 // the device's shared-memory limit.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 #include <cuda_runtime.h>
 #include "common/problem.h"
 #include "cuda/kernels.h"
@@ -90,7 +91,7 @@ inline bool set_tile_grid(const Problem& p, int64_t qy, int64_t max_nq, int64_t 
   return true;
 }
 
-// store_rows_vec / store_rows16 form element offsets from a tile's origin in 32 bits:
+// store_rows_vec forms element offsets from a tile's origin in 32 bits:
 // true when the tile's channel span (channels), row span (rows) and columns fit.
 inline bool rows_vec_offsets_fit(const TensorRef& o, const Problem& p, int64_t channels,
                                  int64_t rows) {
@@ -156,101 +157,145 @@ __device__ __forceinline__ uint4 splat16(T v) {
   return u;
 }
 
-// Vector row stores (store_rows_vec): chunk k of line (c, i) -- the staged 16 bytes at
-// staging index kE*k, or bias[c] (zero) repeated when s_o is null -- and a whole chunk's
-// store (streaming unless cs = 0).
-template <typename T>
-__device__ __forceinline__ uint4 rows_chunk(const T* s_o, int c, int i, int QY, int ld, int k,
-                                            const T* bp) {
-  constexpr int kE = 16 / int(sizeof(T));
-  if (s_o != nullptr) return *reinterpret_cast<const uint4*>(s_o + (c * QY + i) * ld + kE * k);
-  return splat16<T>(bp ? bp[c] : Cvt<T>::zero());
-}
-template <typename T>
-__device__ __forceinline__ void rows_store(T* dst, const uint4& v, int cs) {
-  if (cs) __stcs(reinterpret_cast<uint4*>(dst), v);
-  else *reinterpret_cast<uint4*>(dst) = v;
+// One element store, streaming (cs) or plain, through an integer of the element's size.
+template <typename T, bool kCs>
+__device__ __forceinline__ void store_elem(T* dst, T v) {
+  using U = typename std::conditional<sizeof(T) == 2, unsigned short,
+            typename std::conditional<sizeof(T) == 4, unsigned int, unsigned long long>::type>::type;
+  U u;
+  memcpy(&u, &v, sizeof(T));
+  if (kCs) __stcs(reinterpret_cast<U*>(dst), u);
+  else *reinterpret_cast<U*>(dst) = u;
 }
 
-// The stores of one partial chunk: bytes [a, b) (even, 0 <= a < b <= 16, not the whole
-// chunk [0, 16)) of the 16-byte aligned chunk d <- v, as aligned 2-, 4- and 8-byte pieces
-// (at most 4; a segment's first or last chunk takes at most 3). For 4- and 8-byte
-// elements a and b are multiples of the element size, so no piece splits an element.
-// scripts/model_direct_tc.py checks every (a, b).
-__device__ __forceinline__ void store_chunk_part(char* d, const uint4& v, int a, int b) {
-  auto word = [&](int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; };
-  int e = a;
-  if ((e & 2) && e < b) {
-    __stcs(reinterpret_cast<unsigned short*>(d + e), (unsigned short)(word(e >> 2) >> 16));
-    e += 2;
-  }
-  if ((e & 4) && e + 4 <= b) {
-    __stcs(reinterpret_cast<unsigned int*>(d + e), word(e >> 2));
-    e += 4;
-  }
-  if (e + 8 <= b) {  // e is 0 or 8 here
-    __stcs(reinterpret_cast<uint2*>(d + e), e == 0 ? make_uint2(v.x, v.y) : make_uint2(v.z, v.w));
-    e += 8;
-  }
-  if (e + 4 <= b) {
-    __stcs(reinterpret_cast<unsigned int*>(d + e), word(e >> 2));
-    e += 4;
-  }
-  if (e < b) __stcs(reinterpret_cast<unsigned short*>(d + e), (unsigned short)(word(e >> 2) & 0xffffu));
-}
+// Full chunks per line for store_rows_vec: a tile row segment has at most 32*sw columns,
+// a multiple of 16 bytes, so at most 32*sw / kE whole aligned chunks.
+inline int rows_vec_chunks(int64_t sw, int64_t elem_bytes) { return int(32 * sw * elem_bytes / 16); }
 
 // NCHW output with unit column stride: writes a tile's row segments (line (c, i) = output
-// row oy0 + i*oy_step of channel c, columns ox_base + [col_lo, col_hi)) as 16-byte chunks.
-// Work items are (line, aligned chunk) pairs, nchk chunks per line (the ones past the
-// segment skip), dealt to consecutive threads so a warp's stores cover neighbouring
-// chunks; each thread starts its (chunk, row, channel) digits by division once and steps
-// them by the block stride with one carry per digit. Partial chunks at the segment ends
-// take aligned pieces. The staging row of line (c, i) is s_o + (c*QY + i)*ld + shift(c, i),
-// shift = the output row's element offset modulo kE = 16 / sizeof(T), so chunk k of a line
-// is the aligned 16 bytes at staging index kE*k. With s_o == nullptr the lines are bias[c]
-// (or zero). m_chk, m_rows: div_magic multipliers of nchk and nrows. Element offsets from
-// the tile's origin must fit 32 bits (the launchers check).
+// row oy0 + i*oy_step of channel c, columns ox_base + [col_lo, col_hi)).
+//   Pass 1: the aligned 16-byte chunks that lie wholly inside a segment. Items are (line,
+//   chunk) pairs, nchk = rows_vec_chunks(sw) per line (the ones past the segment skip),
+//   dealt to consecutive threads so a warp's stores cover neighbouring chunks; each thread
+//   starts its (chunk, row, channel) digits by division once and steps them by the block
+//   stride with one carry per digit. No item takes a partial-chunk branch (a warp-divergent
+//   path once run by ~80% of the warps: ncu, perf-notes v13).
+//   Pass 2: the up to kE - 1 elements before a segment's first whole chunk and after its
+//   last, as element stores (items (line, j), j < 2*(kE - 1)).
+// kStaged: the staging row of line (c, i) is s_o + (c*QY + i)*ld + shift(c, i), shift = the
+// output row's element offset modulo kE = 16 / sizeof(T), so chunk kc of a line is the
+// aligned 16 bytes at staging index kE*kc and column col is at staging index shift + col;
+// s_o is a shared-memory address. Else the lines are bias bp[c] (zero when bp is null).
+// m_chk, m_rows: div_magic multipliers of nchk and nrows. Element offsets from the tile's
+// origin must fit 32 bits (the launchers check: rows_vec_offsets_fit).
+template <typename T, bool kStaged, bool kCs>
+__device__ __forceinline__ void store_rows_vec_impl(T* on, const TensorRef& o, int nc, int nrows,
+                                                    int QY, int64_t oy0, int64_t oy_step,
+                                                    int64_t ox_base, int col_lo, int col_hi,
+                                                    uint32_t s_o, int ld, const T* bp, int nchk,
+                                                    uint64_t m_chk, uint64_t m_rows) {
+  constexpr int kE = 16 / int(sizeof(T));
+  constexpr int kLgE = kE == 8 ? 3 : kE == 4 ? 2 : 1;
+  constexpr int kEdge = 2 * (kE - 1);
+  T* base = on + oy0 * o.sh + ox_base;  // line (0, 0), column 0
+  const int base_res = int((reinterpret_cast<uintptr_t>(base) / sizeof(T)) & (kE - 1));
+  const int sc = int(o.sc), rs = int(oy_step * o.sh);
+  const int nthr = int(blockDim.x);
+  {  // pass 1: whole chunks
+    const int total = nc * nrows * nchk;
+    int it = int(threadIdx.x);
+    int line = int(div_magic(uint32_t(it), m_chk));
+    int k = it - line * nchk;
+    int c = int(div_magic(uint32_t(line), m_rows));
+    int i = line - c * nrows;
+    const int dl = int(div_magic(uint32_t(nthr), m_chk)), dk = nthr - dl * nchk;
+    const int dc = int(div_magic(uint32_t(dl), m_rows)), di = dl - dc * nrows;
+    for (; it < total; it += nthr) {
+      const int off = c * sc + i * rs;  // line's column 0
+      const int shf = (base_res + off) & (kE - 1);
+      const int kc = ((col_lo + shf + kE - 1) >> kLgE) + k;  // first whole chunk + k
+      const int c0 = kE * kc - shf;
+      if (c0 + kE <= col_hi) {
+        uint4 v;
+        if constexpr (kStaged) {
+          const uint32_t a = s_o + uint32_t(((c * QY + i) * ld + kE * kc) * int(sizeof(T)));
+          asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+        } else {
+          v = splat16<T>(bp ? bp[c] : Cvt<T>::zero());
+        }
+        uint4* dst = reinterpret_cast<uint4*>(base + (off + c0));  // 16-byte aligned
+        if (kCs) __stcs(dst, v);
+        else *dst = v;
+      }
+      k += dk;
+      i += di;
+      c += dc;
+      if (k >= nchk) { k -= nchk; ++i; }
+      if (i >= nrows) { i -= nrows; ++c; }
+    }
+  }
+  // pass 2: the partial chunks at the segment ends, element by element
+  for (int it = int(threadIdx.x); it < nc * nrows * kEdge; it += nthr) {
+    const int line = it / kEdge, j = it - line * kEdge;
+    const int c = int(div_magic(uint32_t(line), m_rows)), i = line - c * nrows;
+    const int off = c * sc + i * rs;
+    const int shf = (base_res + off) & (kE - 1);
+    const int first = kE * ((col_lo + shf + kE - 1) >> kLgE) - shf;  // first whole chunk
+    int col;
+    if (j < kE - 1) {
+      col = col_lo + j;
+      if (col >= first) continue;
+    } else {
+      const int nfull = col_hi > first ? (col_hi - first) >> kLgE : 0;
+      col = first + kE * nfull + (j - (kE - 1));
+    }
+    if (col >= col_hi) continue;
+    T v;
+    if constexpr (kStaged) {
+      const uint32_t a = s_o + uint32_t(((c * QY + i) * ld + shf + col) * int(sizeof(T)));
+      if constexpr (sizeof(T) == 2) {
+        unsigned short u;
+        asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(u) : "r"(a));
+        memcpy(&v, &u, 2);
+      } else if constexpr (sizeof(T) == 4) {
+        unsigned int u;
+        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(u) : "r"(a));
+        memcpy(&v, &u, 4);
+      } else {
+        unsigned long long u;
+        asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(u) : "r"(a));
+        memcpy(&v, &u, 8);
+      }
+    } else {
+      v = bp ? bp[c] : Cvt<T>::zero();
+    }
+    store_elem<T, kCs>(base + (off + col), v);
+  }
+}
+
+// store_rows_vec_impl with s_o a generic pointer to shared memory, or nullptr for the bias
+// lines; cs: streaming stores.
 template <typename T>
 __device__ __forceinline__ void store_rows_vec(T* on, const TensorRef& o, int nc, int nrows, int QY,
                                                int64_t oy0, int64_t oy_step, int64_t ox_base,
                                                int col_lo, int col_hi, const T* s_o, int ld,
                                                const T* bp, int nchk, uint64_t m_chk,
                                                uint64_t m_rows, int cs) {
-  constexpr int kE = 16 / int(sizeof(T));
-  constexpr int kLgE = kE == 8 ? 3 : kE == 4 ? 2 : 1;
-  T* base = on + oy0 * o.sh + ox_base;  // line (0, 0), column 0
-  const int base_res = int((reinterpret_cast<uintptr_t>(base) / sizeof(T)) & (kE - 1));
-  const int sc = int(o.sc), rs = int(oy_step * o.sh);
-  const int total = nc * nrows * nchk;
-  const int nthr = int(blockDim.x);
-  int it = int(threadIdx.x);
-  int line = int(div_magic(uint32_t(it), m_chk));
-  int k = it - line * nchk;
-  int c = int(div_magic(uint32_t(line), m_rows));
-  int i = line - c * nrows;
-  const int dl = int(div_magic(uint32_t(nthr), m_chk)), dk = nthr - dl * nchk;
-  const int dc = int(div_magic(uint32_t(dl), m_rows)), di = dl - dc * nrows;
-  for (; it < total; it += nthr) {
-    const int off = c * sc + i * rs;  // line's column 0
-    const int shf = (base_res + off) & (kE - 1);
-    const int kc = ((col_lo + shf) >> kLgE) + k;
-    const int c0 = kE * kc - shf;
-    if (c0 < col_hi) {
-      T* dst = base + (off + c0);  // 16-byte aligned
-      const uint4 v = rows_chunk<T>(s_o, c, i, QY, ld, kc, bp);
-      if (c0 >= col_lo && c0 + kE <= col_hi) {
-        rows_store<T>(dst, v, cs);
-      } else {  // the segment's first or last chunk
-        const int a = col_lo - c0 > 0 ? col_lo - c0 : 0;
-        const int b = col_hi - c0 < kE ? col_hi - c0 : kE;
-        store_chunk_part(reinterpret_cast<char*>(dst), v, a * int(sizeof(T)), b * int(sizeof(T)));
-      }
-    }
-    k += dk;
-    i += di;
-    c += dc;
-    if (k >= nchk) { k -= nchk; ++i; }
-    if (i >= nrows) { i -= nrows; ++c; }
+  if (s_o != nullptr) {
+    const uint32_t a = uint32_t(__cvta_generic_to_shared(s_o));
+    if (cs)
+      store_rows_vec_impl<T, true, true>(on, o, nc, nrows, QY, oy0, oy_step, ox_base, col_lo,
+                                         col_hi, a, ld, bp, nchk, m_chk, m_rows);
+    else
+      store_rows_vec_impl<T, true, false>(on, o, nc, nrows, QY, oy0, oy_step, ox_base, col_lo,
+                                          col_hi, a, ld, bp, nchk, m_chk, m_rows);
+  } else if (cs) {
+    store_rows_vec_impl<T, false, true>(on, o, nc, nrows, QY, oy0, oy_step, ox_base, col_lo,
+                                        col_hi, 0u, ld, bp, nchk, m_chk, m_rows);
+  } else {
+    store_rows_vec_impl<T, false, false>(on, o, nc, nrows, QY, oy0, oy_step, ox_base, col_lo,
+                                         col_hi, 0u, ld, bp, nchk, m_chk, m_rows);
   }
 }
 

@@ -90,8 +90,9 @@ struct DirectParams {
   const void* w = nullptr;     // [Cin][Cog][kh][kw] contiguous
   const void* bias = nullptr;  // [Cout] or nullptr
   // Tensor-core kernel (direct_tc.cu): the weight packed as
-  // [G][ceil(Cog/kC)][kh*kw][ceil(Cig/8)][kC][8], zero padded, kC = wpk_channels
-  // = direct_tc_channels(p, dt); nullptr: the CUDA-core kernels run.
+  // [G][ceil(Cog/kC)][kh*kw][ceil(Cig/kCh)][kC][kCh], zero padded, kCh = 16 bytes of
+  // elements (8 for 16-bit, 4 for fp32), kC = wpk_channels = direct_tc_channels(p, dt,
+  // math); nullptr: the CUDA-core kernels run.
   const void* wpk = nullptr;
   int wpk_channels = 0;
 };
@@ -160,14 +161,15 @@ bool patch_gemm_supported(const Problem& p, DType dt);
 // launched = false: not taken (shape, alignment or grid limits), nothing launched.
 cudaError_t launch_patch_gemm(const PatchParams& prm, DType dt, MathMode math, cudaStream_t st,
                               bool& launched);
-// Tensor-core direct forward (direct_tc.cu; bf16 / fp16 on compute capability 8.0+).
+// Tensor-core direct forward (direct_tc.cu; bf16 / fp16, and fp32 with TF32 allowed, on
+// compute capability 8.0+).
 // launched = false: not taken (no packed weight prm.wpk, i.e. direct_tc_channels
 // said 0: other dtype, shape outside its limits, or CONVT2D_DIRECT_TC=0), nothing
 // launched; launch_direct_forward tries it first.
 cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st, bool& launched);
 // Output channels per block of the tensor-core direct kernel (16, 32 or 64) for the
 // problem, or 0 when it does not take it; the glue packs DirectParams::wpk for it.
-int direct_tc_channels(const Problem& p, DType dt);
+int direct_tc_channels(const Problem& p, DType dt, MathMode math);
 
 // Contiguous NCHW -> contiguous NHWC (channels-last) copy (layout.cu).
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,

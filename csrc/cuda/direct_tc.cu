@@ -398,7 +398,9 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   while (qy > 1 && qy / 2 >= max_nq) qy /= 2;  // no taller than the phase
   while (qy > 1 && layout(qy) > kDtcBudget) qy /= 2;
   // 16-channel blocks: no taller than four blocks per SM allow (fp32 seedD: qy 8 -> 4,
-  // three -> four blocks per SM, 0.525 -> 0.472 ms; 16-bit tiles already fit four).
+  // three -> four blocks per SM, 0.525 -> 0.472 ms; off-suite fp32 16 -> 16 k3 s3 128x128
+  // 0.157 -> 0.073; the 16-bit picks of the rows measured (seedD and three off-suite
+  // shapes) are unchanged: their tiles fit four). perf-notes v13.
   while (kNT == 2 && qy > 2 && 4 * (layout(qy) + 1024) > optin) qy /= 2;
   if (const char* e = std::getenv("CONVT2D_DTC_QY")) {  // A/B: force the tile height
     const int64_t v = std::atoi(e);

@@ -353,17 +353,19 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   }
 
   // Memory-bound shapes (few reduced channels per output, or few outputs per
-  // group) go to the direct kernel; the rest are implicit GEMMs. Few outputs per
+  // group) go to the direct kernel; the rest are implicit GEMMs. 8 to 31 outputs per
   // group with 256 or more reduced channels per output are compute-bound: the
   // implicit GEMM measured faster there despite its narrow N (off-suite, perf-notes
   // v13: Cin 128 -> Cout 24 k3 s2 fp32 0.175 -> 0.037 ms, 64 -> 8 k4 s2 0.068 ->
-  // 0.046; a stride-1 Cin 32 -> 16 k3 at 288 lost 0.029 -> 0.033). Only where the
-  // tensor-core GEMM takes the channels (whole 16-byte chunks).
+  // 0.046; a stride-1 Cin 32 -> 16 k3 at 288 lost 0.029 -> 0.033). Below 8 outputs
+  // (a GAN's RGB layer) the GEMM's 3xTF32 variant lost badly (64 -> 3 k4 s2 with TF32
+  // off 0.222 -> 0.530 ms), so those stay direct. Only where the tensor-core GEMM
+  // takes the channels (whole 16-byte chunks).
   const double k_per_output = double(p.cin_g() * p.kh * p.kw) / double(p.sh * p.sw);
   const char* ko = kernel_override();
   const bool tc_gemm = dt != DType::kDouble && p.cin_g() % (dt == DType::kFloat ? 4 : 8) == 0;
-  bool memory_bound = (p.cout_g() < 32 && (k_per_output < 256 || !tc_gemm)) ||
-                      k_per_output < 64 || !is_sm80_plus();
+  const bool gemm_ok = tc_gemm && p.cout_g() >= 8 && k_per_output >= 256;
+  bool memory_bound = (p.cout_g() < 32 && !gemm_ok) || k_per_output < 64 || !is_sm80_plus();
   if (std::strcmp(ko, "direct") == 0) memory_bound = true;
   if (std::strcmp(ko, "patch") == 0) memory_bound = false;
   if (std::strcmp(ko, "tc") == 0 || std::strcmp(ko, "v1") == 0) memory_bound = false;

@@ -340,7 +340,17 @@ def check(x, w, b, kwargs, *, backward=True, ref_device="cpu", fn=None, gy=None,
             if r is None:
                 assert g is None
                 continue
-            assert_close(g, r, dtype, device, f"{what}{name}")
+            tol = None
+            if name == "grad_bias":
+                # A sum of few gy values can cancel (hypothesis found one at 1.3e-4 relative in
+                # fp32, 2026-11-24): measure the error against the sum of |gy|, the scale
+                # any summation's rounding error is bounded by, not against the cancelled sum.
+                gabs = gy.detach().to(device="cpu", dtype=torch.float64).abs().sum((0, 2, 3))
+                den = torch.linalg.vector_norm(gabs).item()
+                num = torch.linalg.vector_norm(r.detach().double().cpu()).item()
+                if 0 < num < den:
+                    tol = tolerance(dtype, device) * den / num
+            assert_close(g, r, dtype, device, f"{what}{name}", tol=tol)
     if device.type == "cpu":
         poison(device, out_bytes, 1e4)
         out2, grads2 = ours(x, w, b, kwargs, gy if backward else None, fn=fn)

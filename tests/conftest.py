@@ -345,7 +345,9 @@ def check(x, w, b, kwargs, *, backward=True, ref_device="cpu", fn=None, gy=None,
                 # A sum of few gy values can cancel (hypothesis found one at 1.3e-4 relative in
                 # fp32, 2026-11-24): measure the error against the sum of |gy|, the scale
                 # any summation's rounding error is bounded by, not against the cancelled sum.
-                gabs = gy.detach().to(device="cpu", dtype=torch.float64).abs().sum((0, 2, 3))
+                cdim = gy.dim() - 3  # the channel dim (unbatched inputs have no batch dim)
+                gabs = gy.detach().to(device="cpu", dtype=torch.float64).abs().sum(
+                    [d for d in range(gy.dim()) if d != cdim])
                 den = torch.linalg.vector_norm(gabs).item()
                 num = torch.linalg.vector_norm(r.detach().double().cpu()).item()
                 if 0 < num < den:

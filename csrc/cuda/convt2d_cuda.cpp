@@ -58,6 +58,10 @@ void check_launch(cudaError_t e, const char* what) {
 // mma.sync / WMMA need compute capability 8.0 or newer.
 bool is_sm80_plus() { return at::cuda::getCurrentDeviceProperties()->major >= 8; }
 
+// Elements per 16-byte chunk, the channel granule of the tensor-core kernels' loads
+// (4 for fp32, 8 for 16-bit types).
+int64_t chunk_elems(DType dt) { return dt == DType::kFloat ? 4 : 8; }
+
 // Weight [G*Cig, Cog, kh, kw] permuted to [G][kh][kw][a][b] (contiguous).
 // The GEMM's B is [n][k] for the tensor-core v2 kernel (K-major) and [k][n]
 // for v1; forward has (k, n) = (Cig, Cog), grad_input (Cog, Cig).
@@ -215,7 +219,7 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
                        std::strcmp(kernel_override(), "v1") != 0;
   // The v2 kernel needs whole 16-byte chunks of channels: check that before
   // paying for the channels-last copy (tc_igemm_supported checks the rest).
-  const int64_t chunk = dt == DType::kFloat ? 4 : 8;
+  const int64_t chunk = chunk_elems(dt);
   if (want_v2 && prm.Kc % chunk == 0) {
     const at::Tensor s2 = to_channels_last(src, st);
     const at::Tensor w2 = pack_weight(weight, p, !fwd, /*k_major=*/true);
@@ -297,7 +301,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
       // [G][Cig][Cog][kk] -> [G][Cog/kc][kk][Cig/ke][kc][ke], both channel counts zero
       // padded; ke = channels per 16 bytes (8 for 16-bit, 4 for fp32 with TF32 allowed)
       const int64_t G = p.groups, cig = p.cin_g(), cog = p.cout_g(), kk = p.kh * p.kw;
-      const int64_t ke = 16 / int64_t(w.element_size());
+      const int64_t ke = chunk_elems(dt);
       const int64_t nch = (cig + ke - 1) / ke, ncob = (cog + kc - 1) / kc;
       auto wz = at::zeros({G, nch * ke, ncob * kc, kk}, w.options());
       wz.narrow(1, 0, cig).narrow(2, 0, cog).copy_(w.view({G, cig, cog, kk}));
@@ -363,7 +367,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   // takes the channels (whole 16-byte chunks).
   const double k_per_output = double(p.cin_g() * p.kh * p.kw) / double(p.sh * p.sw);
   const char* ko = kernel_override();
-  const bool tc_gemm = dt != DType::kDouble && p.cin_g() % (dt == DType::kFloat ? 4 : 8) == 0;
+  const bool tc_gemm = dt != DType::kDouble && p.cin_g() % chunk_elems(dt) == 0;
   const bool gemm_ok = tc_gemm && p.cout_g() >= 8 && k_per_output >= 256;
   bool memory_bound = (p.cout_g() < 32 && !gemm_ok) || k_per_output < 64 || !is_sm80_plus();
   if (std::strcmp(ko, "direct") == 0) memory_bound = true;
@@ -398,7 +402,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   at::Tensor gi = not_requested(input), gw = not_requested(input), gb = not_requested(input);
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
 
-  const int64_t chunk = dt == DType::kFloat ? 4 : 8;
+  const int64_t chunk = chunk_elems(dt);
   const auto gi_format = suggest_memory_format(input, weight);
   // gi and gw (its layout set at the end) for the problem p (the lambda's own, which
   // hides the caller's) from grad_output go (NCHW or channels-last) and the weight wv

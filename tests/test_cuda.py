@@ -812,6 +812,73 @@ def test_direct_tc_single_warp_block(nt, dtype, monkeypatch):
             check(x, w, b, cfg.kwargs(), backward=False, what=f"one-warp nt={nt} ")
 
 
+# The narrow kernel (narrow.cu): 1..8 output channels per group (CO = 1, 2, 3, 4, and 8 with
+# the padding of 5..7), many input channels. Shapes: a GAN RGB layer (k4 s2 p1, bias);
+# Cout 1 with 40 input channels (slices of uneven length); Cout 2 with output_padding and
+# W = 37 (two column tiles, one partial); stride 1 k3 (three tap rows: the 4-row chunk with
+# one unused) and k5 (a second chunk); groups with dilation dividing the stride (d=2, s=2)
+# and a stride-3 column phase; a 1x1 kernel at stride 2 (phases no tap reaches: bias only);
+# 70 rows (several row tiles; rows past the last phase row).
+_NARROW_CFGS = [
+    Cfg(2, 64, 3, 8, 8, k=4, stride=2, padding=1, bias=True),
+    Cfg(3, 40, 1, 7, 9, k=4, stride=2, padding=1, bias=False),
+    Cfg(2, 24, 2, 5, 37, k=3, stride=2, padding=1, output_padding=1, bias=True),
+    Cfg(2, 30, 8, 6, 6, k=3, stride=1, padding=1, bias=False),
+    Cfg(1, 20, 5, 9, 11, k=5, stride=1, padding=2, bias=True),
+    Cfg(2, 16, 6, 5, 7, k=(3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1), groups=2,
+        bias=True),
+    Cfg(2, 36, 3, 5, 5, k=1, stride=2, bias=True),
+    Cfg(1, 9, 7, 70, 3, k=(2, 3), stride=(1, 2), padding=(0, 1), bias=True),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-tf32"])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _NARROW_CFGS, ids=lambda c: c.id())
+def test_narrow_kernel_shapes(cfg, dtype, layout, monkeypatch):
+    """The narrow kernel, forced (CONVT2D_KERNEL=narrow), runs and matches the float64
+    reference; every K split (CONVT2D_NW_WP = 8, 4, 2, 1 pixel warps) on NCHW."""
+    monkeypatch.setenv("CONVT2D_KERNEL", "narrow")
+    tf32 = dtype == "fp32-tf32"
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+          "fp32-tf32": torch.float32}[dtype]
+    for wp in (["8", "4", "2", "1"] if layout == "nchw" else ["2"]):
+        monkeypatch.setenv("CONVT2D_NW_WP", wp)
+        x, w, b = cfg.make(dt, "cuda")
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
+            names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+            assert any("narrow_fwd_kernel" in n for n in names), (cfg.id(), wp, names)
+            check(x, w, b, cfg.kwargs(), backward=False, what=f"narrow {layout} wp={wp} ")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_narrow_kernel_routing(dtype, monkeypatch):
+    """A GAN RGB layer (64 -> 3, k4 s2 p1; 256 reduced channels per output) runs the narrow
+    kernel by default from NCHW x, in fp32 with TF32 on and off; CONVT2D_NARROW=0 turns it
+    off; dilation 2 at stride 1 (tap rows two apart) is declined, also when forced."""
+    cfg = Cfg(2, 64, 3, 9, 10, k=4, stride=2, padding=1, bias=True)
+    for tf32 in ([True, False] if dtype == torch.float32 else [True]):
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
+            for env, want in [(None, True), ("0", False)]:
+                if env is None:
+                    monkeypatch.delenv("CONVT2D_NARROW", raising=False)
+                else:
+                    monkeypatch.setenv("CONVT2D_NARROW", env)
+                x, w, b = cfg.make(dtype, "cuda")
+                names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+                assert any("narrow_fwd_kernel" in n for n in names) == want, (env, names)
+                check(x, w, b, cfg.kwargs(), backward=False, what=f"narrow={env} ")
+    monkeypatch.delenv("CONVT2D_NARROW", raising=False)
+    monkeypatch.setenv("CONVT2D_KERNEL", "narrow")
+    dil = Cfg(2, 64, 3, 9, 10, k=3, stride=1, padding=2, dilation=2, bias=True)
+    x, w, b = dil.make(dtype, "cuda")
+    names = _kernel_names(lambda: convt2d.forward(x, w, b, **dil.kwargs()))
+    assert not any("narrow_fwd_kernel" in n for n in names), names
+    check(x, w, b, dil.kwargs(), backward=False, what="narrow declined ")
+
+
 # The patch GEMM (patch_gemm.cu): kernel == stride, no padding, NCHW; one GEMM per (n, group)
 # pixel-shuffled in the epilogue. Shapes: U-Net-like; a K tail (Cin/groups not a multiple of
 # the 32 / 16-channel k-tile) and an N tail (Cout/groups*kh*kw not a multiple of 128);

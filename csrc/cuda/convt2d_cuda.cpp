@@ -100,7 +100,13 @@ at::Tensor to_channels_last(const at::Tensor& t, cudaStream_t st) {
   return out;
 }
 
-// Kernel override for A/B timing: CONVT2D_KERNEL = tc | v1 | direct | patch.
+// The narrow kernel's routing bound: reduced channels per output (Cin/groups x taps per
+// phase) from which it runs for 1..8 outputs per group (narrow.cu). It beat the direct
+// kernels and the GEMM on all 13 shapes measured, down to 18 reduced channels per
+// output (perf-notes v14); below that (output-write-bound) it is unmeasured.
+constexpr double kNarrowMinK = 16;
+
+// Kernel override for A/B timing: CONVT2D_KERNEL = tc | v1 | direct | patch | narrow.
 const char* kernel_override() {
   const char* e = std::getenv("CONVT2D_KERNEL");
   return e ? e : "";
@@ -311,6 +317,20 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     }
     check_launch(cuda::launch_direct_forward(prm, dt, st), "direct forward");
   };
+  // 1..8 outputs per group with many reduced channels per output (a GAN's RGB layer):
+  // the narrow CUDA-core kernel (narrow.cu). false: not taken, nothing launched.
+  auto run_narrow = [&]() -> bool {
+    auto w = weight.contiguous();
+    cuda::DirectParams prm;
+    prm.p = p;
+    prm.x = ref(input);
+    prm.out = ref(out);
+    prm.w = w.data_ptr();
+    prm.bias = b.defined() ? b.data_ptr() : nullptr;
+    bool launched = false;
+    check_launch(cuda::launch_narrow_forward(prm, dt, st, launched), "narrow forward");
+    return launched;
+  };
   // kernel == stride (no padding, dilation 1): one GEMM per (n, group) straight from NCHW,
   // pixel-shuffled in the epilogue (patch_gemm.cu). false: not taken, nothing launched.
   auto run_patch = [&]() -> bool {
@@ -328,13 +348,15 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   const bool patch_ok = is_sm80_plus() && dt != DType::kDouble && input.is_contiguous() &&
                         out.is_contiguous() && cuda::patch_gemm_supported(p, dt);
   const bool direct_ok = cuda::direct_forward_fits(p, dt) && dt != DType::kDouble;
+  const bool narrow_ok = dt != DType::kDouble && cuda::narrow_forward_supported(p, dt);
   if (autotune_on()) {
     // 0: direct kernel, 1: implicit GEMM, 2: implicit GEMM on the Hopper
     // warp-specialised kernel (tested for Cout/groups >= 64), 3: the Hopper
     // halo kernel (where it does not apply, 3 runs what the heuristic picks), 4: the
-    // patch GEMM (kernel == stride, NCHW).
+    // patch GEMM (kernel == stride, NCHW), 5: the narrow kernel (1..8 outputs per group).
     std::vector<int> cands;
     if (patch_ok) cands.push_back(4);
+    if (narrow_ok) cands.push_back(5);
     if (direct_ok) cands.push_back(0);
     if (is_sm80_plus() && dt != DType::kDouble) {
       cands.push_back(1);
@@ -346,8 +368,9 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     auto run = [&](int c) {
       if (c == 0) run_direct();
       else if (c == 4 && run_patch()) return;
+      else if (c == 5 && run_narrow()) return;
       else run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st,
-                     c == 4 ? -1 : c - 1);
+                     c >= 4 ? -1 : c - 1);
     };
     const int c = autotune(tune_key("fwd", p, dt, math, input, b.defined()), cands, run, st);
     if (c >= 0) {
@@ -363,10 +386,19 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   // v13: Cin 128 -> Cout 24 k3 s2 fp32 0.175 -> 0.037 ms, 64 -> 8 k4 s2 0.068 ->
   // 0.046; a stride-1 Cin 32 -> 16 k3 at 288 lost 0.029 -> 0.033). Below 8 outputs
   // (a GAN's RGB layer) the GEMM's 3xTF32 variant lost badly (64 -> 3 k4 s2 with TF32
-  // off 0.222 -> 0.530 ms), so those stay direct. Only where the tensor-core GEMM
+  // off 0.222 -> 0.530 ms), so those stay direct (the narrow kernel above takes 1..8
+  // outputs per group first where it applies). Only where the tensor-core GEMM
   // takes the channels (whole 16-byte chunks).
   const double k_per_output = double(p.cin_g() * p.kh * p.kw) / double(p.sh * p.sw);
   const char* ko = kernel_override();
+  // 1..8 outputs per group with >= kNarrowMinK reduced channels per output and x rows
+  // contiguous (its loads run along W): the narrow kernel (CONVT2D_NARROW=0: never).
+  const char* nw_env = std::getenv("CONVT2D_NARROW");
+  const bool narrow_default = !*ko && (nw_env == nullptr || nw_env[0] != '0') &&
+                              p.cout_g() <= 8 && k_per_output >= kNarrowMinK &&
+                              input.stride(3) == 1;
+  if (narrow_ok && (narrow_default || std::strcmp(ko, "narrow") == 0) && run_narrow())
+    return out;
   const bool tc_gemm = dt != DType::kDouble && p.cin_g() % chunk_elems(dt) == 0;
   const bool gemm_ok = tc_gemm && p.cout_g() >= 8 && k_per_output >= 256;
   bool memory_bound = (p.cout_g() < 32 && !gemm_ok) || k_per_output < 64 || !is_sm80_plus();

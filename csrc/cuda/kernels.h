@@ -153,6 +153,13 @@ bool tc_wgrad_km_supported(const WgradParams& prm, DType dt);
 TcWgradPlan tc_wgrad_km_plan(const Problem& p, int num_sms);
 cudaError_t launch_tc_wgrad_km(const WgradParams& prm, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
+// Narrow forward (narrow.cu; fp32 / fp16 / bf16, fp32 FMA for all): 1..8 output
+// channels per group with many reduced channels per output (a GAN's RGB layer), the
+// taps' row offsets stepping by one (dilation dividing the stride), phase weights
+// within 64 KB. launched = false: not taken, nothing launched. It ignores wpk.
+bool narrow_forward_supported(const Problem& p, DType dt);
+cudaError_t launch_narrow_forward(const DirectParams& prm, DType dt, cudaStream_t st,
+                                  bool& launched);
 // Shape conditions of the patch GEMM (bf16 / fp16 / fp32; compute capability 8.0+):
 // kh == sh and kw == sw (powers of two, kh*kw dividing 128), dilation 1, no padding or
 // output padding, W and Cout/groups*kh*kw whole 16-byte chunks, at most 65535 pixel tiles

@@ -294,14 +294,20 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   if (bias.has_value() && bias->defined()) b = bias->contiguous();
   cudaStream_t st = at::cuda::getCurrentCUDAStream();
 
-  auto run_direct = [&] {
-    auto w = weight.contiguous();
+  // The direct and narrow kernels' parameters for the contiguous weight w (kept alive by
+  // the caller).
+  auto direct_params = [&](const at::Tensor& w) {
     cuda::DirectParams prm;
     prm.p = p;
     prm.x = ref(input);
     prm.out = ref(out);
     prm.w = w.data_ptr();
     prm.bias = b.defined() ? b.data_ptr() : nullptr;
+    return prm;
+  };
+  auto run_direct = [&] {
+    auto w = weight.contiguous();
+    cuda::DirectParams prm = direct_params(w);
     at::Tensor wpk;
     if (const int kc = cuda::direct_tc_channels(p, dt, math)) {
       // [G][Cig][Cog][kk] -> [G][Cog/kc][kk][Cig/ke][kc][ke], both channel counts zero
@@ -321,12 +327,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   // the narrow CUDA-core kernel (narrow.cu). false: not taken, nothing launched.
   auto run_narrow = [&]() -> bool {
     auto w = weight.contiguous();
-    cuda::DirectParams prm;
-    prm.p = p;
-    prm.x = ref(input);
-    prm.out = ref(out);
-    prm.w = w.data_ptr();
-    prm.bias = b.defined() ? b.data_ptr() : nullptr;
+    const cuda::DirectParams prm = direct_params(w);
     bool launched = false;
     check_launch(cuda::launch_narrow_forward(prm, dt, st, launched), "narrow forward");
     return launched;

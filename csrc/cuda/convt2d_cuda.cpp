@@ -349,7 +349,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   const bool patch_ok = is_sm80_plus() && dt != DType::kDouble && input.is_contiguous() &&
                         out.is_contiguous() && cuda::patch_gemm_supported(p, dt);
   const bool direct_ok = cuda::direct_forward_fits(p, dt) && dt != DType::kDouble;
-  const bool narrow_ok = dt != DType::kDouble && cuda::narrow_forward_supported(p, dt);
+  const bool narrow_ok = cuda::narrow_forward_supported(p, dt);  // checks the dtype
   if (autotune_on()) {
     // 0: direct kernel, 1: implicit GEMM, 2: implicit GEMM on the Hopper
     // warp-specialised kernel (tested for Cout/groups >= 64), 3: the Hopper

@@ -29,11 +29,9 @@ constexpr int kNwWarps = kNwThreads / 32;
 constexpr int kNwPY = 8;                    // rows per pixel warp
 constexpr int64_t kNwMaxW = 64 * 1024;      // staged weights (floats of one phase)
 
-struct NwCfg {
-  D2Phase py[kDirectMaxS];  // row phases
-  D2Phase px[kDirectMaxS];  // column phases
-  int64_t koffs_x = 0;      // column tap offset step (rows: 1)
-  int kstep_y = 1, kstep_x = 1;  // tap index steps within a phase
+// The phase tables (py, px, kstep_*, koffs_*) are the direct kernels' (DTileGrid,
+// set_tile_phases); its tile-grid fields are unused here.
+struct NwCfg : DTileGrid {
   int wp = 8;               // pixel warps per block; kWk = 8 / wp channel slices
   int cps = 0;              // input channels per slice
   int nqx_t = 0, nqy_t = 0; // column tiles (32 Q) and row tiles (wp*kPY rows) per phase
@@ -245,7 +243,6 @@ narrow_fwd_kernel(const __grid_constant__ DirectParams prm, const __grid_constan
 // The kernel's conditions and launch shape for p; false when it does not take it.
 static bool nw_config(const Problem& p, int num_sms, NwCfg& cfg, int& co, int& nty_chunk,
                       int64_t& smem, dim3& grid) {
-  if (p.sh > kDirectMaxS || p.sw > kDirectMaxS) return false;
   const int64_t cog = p.cout_g();
   if (cog < 1 || cog > 8) return false;
   // 32-bit element offsets within one (n, group) slab of x (the launcher checks the
@@ -253,20 +250,12 @@ static bool nw_config(const Problem& p, int num_sms, NwCfg& cfg, int& co, int& n
   if (p.cin_g() * (p.H + 1) * (p.W + 1) >= (int64_t(1) << 31)) return false;
   co = cog <= 4 ? int(cog) : 8;
   const int64_t cp = co == 3 ? 4 : co;  // weight pitch
-  const int64_t kstep_y = p.sh / gcd64(p.sh, p.dh);
-  if (kstep_y * p.dh / p.sh != 1) return false;  // row tap offsets must step by one
-  const int64_t kstep_x = p.sw / gcd64(p.sw, p.dw);
-  cfg.koffs_x = kstep_x * p.dw / p.sw;
-  cfg.kstep_y = int(kstep_y);
-  cfg.kstep_x = int(kstep_x);
-  int64_t max_nqy = 0, max_nqx = 0, nty_max = 0, ntx_max = 0;
-  for (int64_t r = 0; r < p.sh; ++r) {
-    cfg.py[r] = to_d2(make_phase_dim(r, p.sh, p.ph, p.dh, p.kh, p.Ho));
-    max_nqy = cfg.py[r].nq > max_nqy ? cfg.py[r].nq : max_nqy;
-    nty_max = cfg.py[r].ntap > nty_max ? cfg.py[r].ntap : nty_max;
-  }
+  int64_t max_nqy = 0;
+  if (!set_tile_phases(p, cfg, max_nqy)) return false;  // stride above kDirectMaxS
+  if (cfg.koffs_y != 1) return false;  // row tap offsets must step by one
+  int64_t max_nqx = 0, nty_max = 0, ntx_max = 0;
+  for (int64_t r = 0; r < p.sh; ++r) nty_max = cfg.py[r].ntap > nty_max ? cfg.py[r].ntap : nty_max;
   for (int64_t r = 0; r < p.sw; ++r) {
-    cfg.px[r] = to_d2(make_phase_dim(r, p.sw, p.pw, p.dw, p.kw, p.Wo));
     max_nqx = cfg.px[r].nq > max_nqx ? cfg.px[r].nq : max_nqx;
     ntx_max = cfg.px[r].ntap > ntx_max ? cfg.px[r].ntap : ntx_max;
   }
@@ -282,9 +271,8 @@ static bool nw_config(const Problem& p, int num_sms, NwCfg& cfg, int& co, int& n
   // Pixel warps (the rest split K): halve from 8 until the grid has >= 6 blocks per SM,
   // but stop before slices drop below 16 input channels once it has >= 1.5 per SM
   // (measured on nine off-suite shapes, perf-notes v14).
-  auto blocks = [&](int wp) {
-    return p.sh * p.sw * ((max_nqy + wp * kNwPY - 1) / (wp * kNwPY)) * cfg.nqx_t * nz;
-  };
+  auto row_tiles = [&](int wp) { return (max_nqy + wp * kNwPY - 1) / (wp * kNwPY); };
+  auto blocks = [&](int wp) { return p.sh * p.sw * row_tiles(wp) * cfg.nqx_t * nz; };
   int wp = 8;
   while (wp > 1) {
     const int64_t b = blocks(wp);
@@ -301,7 +289,7 @@ static bool nw_config(const Problem& p, int num_sms, NwCfg& cfg, int& co, int& n
   cfg.wp = wp;
   const int wk = kNwWarps / wp;
   cfg.cps = int((p.cin_g() + wk - 1) / wk);
-  const int64_t nqy_t = (max_nqy + wp * kNwPY - 1) / (wp * kNwPY);
+  const int64_t nqy_t = row_tiles(wp);
   const int64_t gx = p.sh * p.sw * nqy_t * cfg.nqx_t;
   if (gx > 0x7fffffffLL) return false;
   cfg.nqy_t = int(nqy_t);
@@ -311,15 +299,14 @@ static bool nw_config(const Problem& p, int num_sms, NwCfg& cfg, int& co, int& n
   return true;
 }
 
-static int num_sms_cached() {
-  static int v = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 108;
-    return n;
-  }();
-  return v;
+// The current device's SM count, queried per call like smem_optin (the devices of one
+// process may differ).
+static int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 108;
+  return n;
 }
 
 bool narrow_forward_supported(const Problem& p, DType dt) {
@@ -328,7 +315,7 @@ bool narrow_forward_supported(const Problem& p, DType dt) {
   int co = 0, nty = 0;
   int64_t smem = 0;
   dim3 grid;
-  return nw_config(p, num_sms_cached(), cfg, co, nty, smem, grid);
+  return nw_config(p, sm_count(), cfg, co, nty, smem, grid);
 }
 
 template <typename T, int CO, int NTY>
@@ -371,7 +358,7 @@ cudaError_t launch_narrow_forward(const DirectParams& prm, DType dt, cudaStream_
   int co = 0, nty = 0;
   int64_t smem = 0;
   dim3 grid;
-  if (!nw_config(prm.p, num_sms_cached(), cfg, co, nty, smem, grid)) return cudaSuccess;
+  if (!nw_config(prm.p, sm_count(), cfg, co, nty, smem, grid)) return cudaSuccess;
   // The kernel's 32-bit offsets within one (n, group) slab of x, with these strides (rows
   // and columns a tap reach beyond the image are formed, never read).
   const Problem& p = prm.p;

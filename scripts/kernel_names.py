@@ -1,5 +1,6 @@
 """Which CUDA kernels one suite row runs (torch.profiler): python scripts/kernel_names.py seedB bf16
-PROFILE_PASS=fwd | gi | gw | bwd as in profile_rows.py."""
+(dtype fp32, ieee = fp32 with TF32 off, bf16, fp16); PROFILE_PASS=fwd | gi | gw | bwd as in
+profile_rows.py."""
 import os
 import sys
 
@@ -9,8 +10,9 @@ from torch.profiler import ProfilerActivity, profile
 import convt2d  # noqa: F401
 from convt2d.bench import SUITE
 
-name, dt = sys.argv[1], {"fp32": torch.float32, "bf16": torch.bfloat16,
+name, dt = sys.argv[1], {"fp32": torch.float32, "ieee": torch.float32, "bf16": torch.bfloat16,
                          "fp16": torch.float16}[sys.argv[2]]
+torch.backends.cudnn.allow_tf32 = sys.argv[2] != "ieee"
 cfg = {c.name: c for c in SUITE}[name]
 x = torch.randn(cfg.N, cfg.Cin, cfg.H, cfg.W, device="cuda", dtype=dt)
 w = torch.randn(cfg.Cin, cfg.Cout // cfg.groups, *cfg.k, device="cuda", dtype=dt)

@@ -55,7 +55,9 @@ def test_non_default_stream(dtype):
 
 
 # (tensor-core kernel, direct kernel) shapes: Cin, Cout, k, stride
-_INF_SHAPES = [(64, 64, 3, 1), (64, 64, 4, 2), (8, 8, 3, 2)]
+# (64, 128, 3, 1): fp32 with TF32 off runs it on 3xFP16, whose loader flags the inf, so the
+# 3xTF32 kernel reruns the product.
+_INF_SHAPES = [(64, 64, 3, 1), (64, 64, 4, 2), (8, 8, 3, 2), (64, 128, 3, 1)]
 
 
 @pytest.mark.parametrize("shape", _INF_SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -78,12 +80,14 @@ def test_inf_input_gives_inf_like_torch(shape, mode):
         assert_close(out[fin.cuda()], ref[fin].cuda(), dtype, "cuda", "finite outputs")
 
 
-def test_near_max_finite_input_stays_finite_ieee():
+@pytest.mark.parametrize("cout", [64, 128], ids=lambda c: f"cout{c}")
+def test_near_max_finite_input_stays_finite_ieee(cout):
     """fp32 with TF32 off: an input just below FLT_MAX (which TF32 rounding takes to inf) still
-    gives the finite fp32 result (3xTF32 splits it with a truncated big part)."""
+    gives the finite fp32 result (3xTF32 splits it with a truncated big part; with 128 outputs
+    3xFP16 flags it as out of its range and 3xTF32 reruns the product)."""
     x = torch.randn(2, 64, 5, 6) * 0.1
     x[1, 3, 2, 4] = 3.4028e38
-    w = torch.full((64, 64, 1, 1), 0.25)
+    w = torch.full((64, cout, 1, 1), 0.25)
     ref = F.conv_transpose2d(x.double(), w.double())
     with _tf32_off():
         out = convt2d.forward(x.cuda(), w.cuda())
@@ -363,6 +367,80 @@ def test_huge_weight_ieee_stays_accurate(cout):
     keep[5] = False
     assert_close(out[:, 5], ref[:, 5], torch.float32, "cuda", "channel fed by the huge weight")
     assert_close(out[:, keep], ref[:, keep], torch.float32, "cuda", "other channels")
+
+
+# 3xFP16 (fp32 with TF32 off; forward GEMMs of more than 64 columns, channels in whole 8s):
+# the halo kernel with fp16 halves, each item scaled by its largest |x|, each weight column by
+# its largest |w|. The _HALO_IEEE_CFGS rows it takes, and partial channel / column tiles.
+_F16X3_CFGS = [c for c in _HALO_IEEE_CFGS
+               if c.Cout // c.groups > 64 and (c.Cin // c.groups) % 8 == 0] + [
+    Cfg(2, 200, 200, 6, 9, k=3, padding=1, bias=True),
+    Cfg(1, 72, 130, 5, 40, k=(2, 5), dilation=(1, 2)),
+    Cfg(2, 136, 72, 7, 6, k=(3, 4), stride=(1, 2), padding=(1, 1), output_padding=(0, 1),
+        bias=True),
+]
+
+
+def _f16x3_halo(name):
+    """The 3xFP16 halo kernel: HaloTraits<__half, BM, BN, SB, true>, mangled or demangled."""
+    return "tc_halo_kernel" in name and bool(re.search(
+        r"HaloTraitsI6__halfLi\d+ELi\d+ELi\d+ELb1E|HaloTraits<__half, \d+, \d+, \d+, true>",
+        name))
+
+
+def _f16x3_ran(fn):
+    """Whether fn ran the 3xFP16 kernel (sm 9.0 only: elsewhere there is no wgmma)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        return True
+    names = _kernel_names(fn)
+    return any(_f16x3_halo(n) for n in names)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _F16X3_CFGS, ids=lambda c: c.id())
+def test_f16x3_kernel(cfg, layout):
+    """fp32 with TF32 off: the default forward runs 3xFP16 on these shapes (asserted), within
+    the fp32 tolerance; CONVT2D_F16X3=0 gives 3xTF32 alone."""
+    x, w, b = cfg.make(torch.float32, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    with _tf32_off():
+        check(x, w, b, cfg.kwargs(), what=f"3xFP16 {layout} ")
+        assert _f16x3_ran(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+
+
+def test_f16x3_off_switch(monkeypatch):
+    monkeypatch.setenv("CONVT2D_F16X3", "0")
+    cfg = _F16X3_CFGS[0]
+    x, w, b = cfg.make(torch.float32, "cuda")
+    with _tf32_off():
+        check(x, w, b, cfg.kwargs(), what="3xTF32 only ")
+        if torch.cuda.get_device_capability() == (9, 0):
+            names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+            assert not any(_f16x3_halo(n) for n in names), names
+            assert any(_split_halo(n) for n in names), names
+
+
+@pytest.mark.parametrize("mag", [1e-12, 1.0, 1e12], ids=lambda m: f"x{m:g}")
+def test_f16x3_wide_range(mag):
+    """3xFP16 scales: x at 1e-12 or 1e12 (unscaled fp16 would flush or overflow), one image
+    all zeros, and weight columns from 1e-6 to 1e6 (one scale for the whole weight would
+    flush the small columns). Every (image, output channel) within fp32 accuracy."""
+    cin, cout = 64, 96
+    x = torch.randn(3, cin, 7, 19, dtype=torch.float64) * mag
+    x[2] = 0
+    w = torch.randn(cin, cout, 3, 5, dtype=torch.float64) / 30
+    w *= torch.logspace(-6, 6, cout, dtype=torch.float64).view(1, cout, 1, 1)
+    xf, wf = x.float(), w.float()
+    ref = F.conv_transpose2d(xf.double(), wf.double(), padding=(1, 2)).cuda()
+    with _tf32_off():
+        fn = lambda: convt2d.forward(xf.cuda(), wf.cuda(), padding=(1, 2))  # noqa: E731
+        out = fn()
+        assert _f16x3_ran(fn)
+    assert torch.equal(out[2], torch.zeros_like(out[2]))
+    for n in range(2):
+        for co in range(0, cout, 5):
+            assert_close(out[n, co], ref[n, co], torch.float32, "cuda", f"image {n} channel {co}")
 
 
 def _kernel_names(fn):

@@ -233,7 +233,7 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
     prm.wpk = w2.data_ptr();
     if (cuda::tc_igemm_supported(prm, dt)) {
       // 3xTF32 on the Hopper halo kernel: the weight's big and small TF32 halves.
-      at::Tensor halves, wflag;
+      at::Tensor halves, wflag, halves16, f16_state;
       if (dt == DType::kFloat && math == MathMode::kIEEE &&
           cuda::tc_halo_supported(prm, dt, math)) {
         halves = at::empty({2, w2.numel()}, w2.options());
@@ -245,6 +245,23 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
         prm.wpk_hi = hi;
         prm.wpk_lo = hi + w2.numel();
         prm.wflag = wflag.data_ptr<int>();
+        // 3xFP16 where it applies (its 3xTF32 fallback uses the halves above).
+        if (cuda::tc_halo_f16x3_applies(prm)) {
+          halves16 = at::empty({2, w2.numel()}, w2.options().dtype(at::kHalf));
+          // [G * Nc] column scales, then the flag (zeroed).
+          f16_state = at::zeros({p.groups * prm.Nc + 1}, w2.options().dtype(at::kInt));
+          at::Half* h16 = halves16.data_ptr<at::Half>();
+          int* scales = f16_state.data_ptr<int>();
+          int* flag = scales + p.groups * prm.Nc;
+          check_launch(cuda::launch_split_f16(w2.data_ptr<float>(), h16, h16 + w2.numel(),
+                                              p.groups, p.kh * p.kw, prm.Nc, prm.Kc, scales,
+                                              flag, st),
+                       "3xFP16 weight split");
+          prm.w16_hi = h16;
+          prm.w16_lo = h16 + w2.numel();
+          prm.w16_scale = scales;
+          prm.f16_flag = flag;
+        }
       }
       check_launch(cuda::launch_tc_igemm(prm, dt, math, st), "tensor-core implicit GEMM");
       return;

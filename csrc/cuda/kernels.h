@@ -49,6 +49,16 @@ struct IgemmParams {
   const void* wpk_hi = nullptr;
   const void* wpk_lo = nullptr;
   const int* wflag = nullptr;
+  // 3xFP16 (fp32 with TF32 off, tc_halo_f16x3_applies): wpk with each GEMM column (g, n)
+  // scaled by 2^w16_scale[g * Nc + n] and split into big and small fp16 halves
+  // (launch_split_f16, same layout as wpk), and a device int f16_flag, nonzero when an
+  // operand is out of the 3xFP16 range (the 3xTF32 kernel then reruns the product).
+  const void* w16_hi = nullptr;
+  const void* w16_lo = nullptr;
+  const int* w16_scale = nullptr;
+  int* f16_flag = nullptr;
+  // When set, the kernel exits at once unless *run_if != 0 (the 3xTF32 fallback).
+  const int* run_if = nullptr;
 };
 
 // grad_weight[ci, co, ky, kx] = sum over (n, iy, ix) of x * grad_out(gathered):
@@ -127,6 +137,17 @@ cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, MathMode math, cuda
 // *flag |= 1 where a value is not finite or |v| >= 2^60 (flag zeroed by the caller).
 cudaError_t launch_split_tf32(const float* src, float* hi, float* lo, int64_t n, int* flag,
                               cudaStream_t st);
+// 3xFP16 weight split: the packed weight [groups][kk][nc][kc] (fp32) with each GEMM column
+// (g, n) times 2^s, s chosen from the column's max |w| so its largest value lies in
+// [2^14, 2^15) (scale[g * nc + n] = s), split into big and small fp16 halves (round to
+// nearest), same layout; *flag |= 1 where a column's max |w| is not finite or outside
+// [2^-46, 2^75) (flag zeroed by the caller).
+cudaError_t launch_split_f16(const float* src, void* hi, void* lo, int64_t groups, int64_t kk,
+                             int64_t nc, int64_t kc, int* scale, int* flag,
+                             cudaStream_t st);
+// Whether the halo kernel's 3xFP16 variant runs this fp32 product with TF32 off (then the
+// caller provides w16_hi / w16_lo / w16_scale / f16_flag beside the 3xTF32 halves).
+bool tc_halo_f16x3_applies(const IgemmParams& prm);
 // True when this build has the sm_90a wgmma kernels (CONVT2D_WGMMA) and the current
 // device is compute capability 9.0, the one their machine code loads on.
 bool wgmma_device();

@@ -228,6 +228,45 @@ __global__ void __launch_bounds__(256) split_tf32_kernel(const float* __restrict
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
 }
 
+// 3xFP16 weight split (launch_split_f16): one block per GEMM column (g, n) of the packed
+// weight [G][kk][Nc][Kc]: the column's largest |w| gives its scale 2^s, then the column's
+// scaled values are split into fp16 halves.
+__global__ void __launch_bounds__(128) split_f16_kernel(const float* __restrict__ src,
+                                                        __half* __restrict__ hi,
+                                                        __half* __restrict__ lo, int64_t kk,
+                                                        int64_t nc, int64_t kc,
+                                                        int* __restrict__ scale,
+                                                        int* __restrict__ flag) {
+  __shared__ uint32_t wmax[4];
+  const int64_t g = blockIdx.x / nc, n = blockIdx.x - g * nc;
+  const int64_t per = kk * kc;
+  const int64_t base = (g * kk * nc + n) * kc;
+  auto at = [&](int64_t i) {  // i-th element of the column: tap i / kc, channel i % kc
+    const int64_t tap = i / kc;
+    return base + tap * nc * kc + (i - tap * kc);
+  };
+  uint32_t m = 0;
+  for (int64_t i = threadIdx.x; i < per; i += 128) m = max(m, __float_as_uint(src[at(i)]) & 0x7fffffffu);
+  m = __reduce_max_sync(0xffffffffu, m);
+  if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
+  __syncthreads();
+  m = max(max(wmax[0], wmax[1]), max(wmax[2], wmax[3]));
+  bool bad = false;
+  const int s = f16x3_scale(m, bad);
+  if (threadIdx.x == 0) {
+    scale[blockIdx.x] = s;
+    if (bad) atomicOr(flag, 1);
+  }
+  const float sc = exp2i(s);
+  for (int64_t i = threadIdx.x; i < per; i += 128) {
+    const int64_t o = at(i);
+    const float v = src[o] * sc;
+    const __half h = __float2half_rn(v);
+    hi[o] = h;
+    lo[o] = __float2half_rn(v - __half2float(h));
+  }
+}
+
 // Weight packing for the implicit GEMMs: out[g][c][b][a] = in[g][a][b][c] (reverses the
 // three inner axes; with B = 1 a plain transpose of [A][C]). A block moves 32 a x TB b x
 // all C (TB*C <= 64 where C allows) through shared memory, 8 loads in flight per thread:
@@ -294,6 +333,16 @@ cudaError_t launch_split_tf32(const float* src, float* hi, float* lo, int64_t n,
   if (n == 0) return cudaSuccess;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 1024);
   split_tf32_kernel<<<unsigned(blocks), 256, 0, st>>>(src, hi, lo, n, flag);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_split_f16(const float* src, void* hi, void* lo, int64_t groups, int64_t kk,
+                             int64_t nc, int64_t kc, int* scale, int* flag, cudaStream_t st) {
+  if (groups * nc == 0 || kk * kc == 0) return cudaSuccess;
+  if (groups * nc > 0x7fffffffLL) return cudaErrorInvalidValue;
+  split_f16_kernel<<<unsigned(groups * nc), 128, 0, st>>>(src, static_cast<__half*>(hi),
+                                                         static_cast<__half*>(lo), kk, nc, kc,
+                                                         scale, flag);
   return cudaGetLastError();
 }
 

@@ -74,6 +74,24 @@ __device__ __forceinline__ bool split_tf32_trunc(uint32_t& x, uint32_t& small) {
   return fin;
 }
 
+// 3xFP16 scaling: for a tile whose largest |value| has the bits maxbits (a float's bits
+// without its sign), the power-of-two exponent s that puts that value in [2^14, 2^15),
+// so v * 2^s splits into fp16 halves with no overflow and with normal big halves for
+// values down to 2^-28 of the maximum. bad: the maximum is not finite or its exponent is
+// outside [-46, 74] (s outside [-60, 60]); s is then 0. An all-zero tile gets s = 0.
+__device__ __forceinline__ int f16x3_scale(uint32_t maxbits, bool& bad) {
+  if (maxbits == 0) return 0;
+  const int e = int(maxbits >> 23) - 127;
+  if (maxbits >= 0x7f800000u || e < -46 || e > 74) {
+    bad = true;
+    return 0;
+  }
+  return 14 - e;
+}
+
+// 2^s as a float for s in [-126, 127].
+__device__ __forceinline__ float exp2i(int s) { return __int_as_float((127 + s) << 23); }
+
 // The mma accumulators of a warp tile (any [A][B][4] float array) set to zero.
 template <int A, int B>
 __device__ __forceinline__ void zero_acc(float (&acc)[A][B][4]) {

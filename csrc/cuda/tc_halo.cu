@@ -46,6 +46,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 namespace convt2d {
 namespace cuda {
@@ -56,8 +57,11 @@ constexpr int kHaloMaxReach = 16;  // largest xt the halo slots hold
 #if defined(CONVT2D_WGMMA)
 template <typename T, int BM_, int BN_, int SB_, bool kSplit_ = false>
 struct HaloTraits {
-  using Tp = T;
-  static constexpr bool kSplit = kSplit_;  // 3xTF32: both halves of each tile staged
+  using Tp = T;  // the tiles' element type
+  static constexpr bool kSplit = kSplit_;  // 3xTF32 / 3xFP16: both halves of each tile staged
+  // 3xFP16 (kSplit with T = __half): fp32 source and output, fp16 halves, a scale per item.
+  static constexpr bool kF16x3 = kSplit_ && sizeof(T) == 2;
+  using Src = std::conditional_t<kSplit_, float, T>;  // source and output element type
   static constexpr int BM = BM_, BN = BN_, SB = SB_, BKB = 128, CH = 8, KS = 4;
   static constexpr int CR = BM / 2, HALVES = CR / 64;  // rows and m64 blocks per consumer
   static constexpr int E = 16 / int(sizeof(T)), BK = BKB / int(sizeof(T));
@@ -75,22 +79,27 @@ struct HaloTraits {
   static constexpr int kRowTableOff = kPipeBytes > kCBytes ? kPipeBytes : kCBytes;
   static constexpr int kBarOff = kRowTableOff + BM * 8;
   static constexpr int kFlagOff = kBarOff + (2 * SB + 4) * 8;  // kSplit: [2 slots][4 warps]
-  static constexpr int kSmemBytes = kFlagOff + (kSplit ? 32 : 0) + 1024;
+  // kSplit: [2 slots][4 warps] flags; kF16x3 also the loader warps' exchange of their
+  // maxima at kFlagOff + 32, [2 slots][4 warps].
+  static constexpr int kSmemBytes = kFlagOff + (kSplit ? 64 : 0) + 1024;
   static_assert(BN == 64 || BN == 128, "BN");
-  static_assert(!kSplit || (sizeof(T) == 4 && HALVES * NI * 4 <= 64), "3xTF32: fp32, 64-bit mask");
+  static_assert(!kSplit || HALVES * NI * 4 <= 64, "split: 64-bit mask");
+  static_assert(!kSplit || sizeof(T) == 4 || std::is_same<T, __half>::value, "split: tf32 or fp16");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
 
-// One 3xTF32 item of a consumer (kSplit): its HALVES x BN slice of the tile for one
-// tap and channel tile, one m64 block at a time (one fresh partial accumulator).
+// One 3xTF32 / 3xFP16 item of a consumer (kSplit): its HALVES x BN slice of the tile for
+// one tap and channel tile, one m64 block at a time (one fresh partial accumulator).
 // a_hi/a_lo: the halves of the item's first A row (the m64 blocks 64 rows apart),
-// b_hi/b_lo: the weight stage.
+// b_hi/b_lo: the weight stage. 3xFP16: the partial sum times inv (2^-(item's scale +
+// weight scale)) is added to the total; it has no careful path (out-of-range operands
+// rerun on 3xTF32).
 template <class Tr>
 __device__ __forceinline__ void split_item(float (&acc)[Tr::HALVES][Tr::NI][4], uint64_t& bad_mask,
                                            uint32_t a_hi, uint32_t a_lo, uint32_t b_hi,
-                                           uint32_t b_lo, bool careful) {
+                                           uint32_t b_lo, bool careful, float inv) {
   constexpr int NI = Tr::NI;
-  using W = Wgmma<float, Tr::BN>;
+  using W = Wgmma<typename Tr::Tp, Tr::BN>;
 #pragma unroll
   for (int h = 0; h < Tr::HALVES; ++h) {
     float part[NI][4];
@@ -111,35 +120,40 @@ __device__ __forceinline__ void split_item(float (&acc)[Tr::HALVES][Tr::NI][4], 
 #pragma unroll
       for (int j = 0; j < NI; ++j)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) acc[h][j][q] += part[j][q];
+        for (int q = 0; q < 4; ++q) {
+          if constexpr (Tr::kF16x3) acc[h][j][q] = fmaf(part[j][q], inv, acc[h][j][q]);
+          else acc[h][j][q] += part[j][q];
+        }
       continue;
     }
-    // Careful: big*big alone, then the cross terms, kept only where big*big is finite.
+    if constexpr (!Tr::kF16x3) {
+      // Careful: big*big alone, then the cross terms, kept only where big*big is finite.
 #pragma unroll
-    for (int ks = 0; ks < Tr::KS; ++ks)
-      W::run(&part[0][0], sw128_desc(ah + 32 * ks), sw128_desc(b_hi + 32 * ks), ks > 0);
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      for (int ks = 0; ks < Tr::KS; ++ks)
+        W::run(&part[0][0], sw128_desc(ah + 32 * ks), sw128_desc(b_hi + 32 * ks), ks > 0);
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
-    for (int j = 0; j < NI; ++j)
+      for (int j = 0; j < NI; ++j)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        acc[h][j][q] += part[j][q];
-        if (!isfinite(part[j][q])) bad_mask |= uint64_t(1) << ((h * NI + j) * 4 + q);
+        for (int q = 0; q < 4; ++q) {
+          acc[h][j][q] += part[j][q];
+          if (!isfinite(part[j][q])) bad_mask |= uint64_t(1) << ((h * NI + j) * 4 + q);
+        }
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int ks = 0; ks < Tr::KS; ++ks) {
+        W::run(&part[0][0], sw128_desc(ah + 32 * ks), sw128_desc(b_lo + 32 * ks), ks > 0);
+        W::run(&part[0][0], sw128_desc(al + 32 * ks), sw128_desc(b_hi + 32 * ks));
       }
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
-    for (int ks = 0; ks < Tr::KS; ++ks) {
-      W::run(&part[0][0], sw128_desc(ah + 32 * ks), sw128_desc(b_lo + 32 * ks), ks > 0);
-      W::run(&part[0][0], sw128_desc(al + 32 * ks), sw128_desc(b_hi + 32 * ks));
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (!((bad_mask >> ((h * NI + j) * 4 + q)) & 1)) acc[h][j][q] += part[j][q];
     }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        if (!((bad_mask >> ((h * NI + j) * 4 + q)) & 1)) acc[h][j][q] += part[j][q];
   }
 }
 
@@ -149,9 +163,13 @@ __device__ __forceinline__ void split_item(float (&acc)[Tr::HALVES][Tr::NI][4], 
 // the weight box (tma_maps.cuh).
 template <class Tr, bool kChanOut, bool kTma>
 __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__ TmaArgs<kTma> args) {
-  static_assert(!(kTma && Tr::kSplit), "3xTF32 stages its halves through registers");
+  static_assert(!(kTma && Tr::kSplit), "3xTF32 / 3xFP16 stage their halves through registers");
   using T = typename Tr::Tp;
+  using TS = typename Tr::Src;
   const IgemmParams& prm = args.prm;
+  // The 3xTF32 fallback of a 3xFP16 product runs only where 3xFP16 flagged an operand.
+  if constexpr (Tr::kSplit)
+    if (prm.run_if && *reinterpret_cast<const volatile int*>(prm.run_if) == 0) return;
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, SB = Tr::SB;
   constexpr int CH = Tr::CH, NI = Tr::NI;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -229,9 +247,10 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
     }
   } else if (wg == 0) {
     // ---- loader: halo rows and weight rows rb + 64 i, chunks sub + 2 c ----------------
-    const T* __restrict__ src = static_cast<const T*>(prm.src.ptr);
-    // 3xTF32: the big and small weight halves (same layout as wpk).
-    const T* __restrict__ wpk = static_cast<const T*>(Tr::kSplit ? prm.wpk_hi : prm.wpk);
+    const TS* __restrict__ src = static_cast<const TS*>(prm.src.ptr);
+    // 3xTF32 / 3xFP16: the big and small weight halves (same layout as wpk).
+    const T* __restrict__ wpk = static_cast<const T*>(
+        Tr::kF16x3 ? prm.w16_hi : Tr::kSplit ? prm.wpk_hi : prm.wpk);
     const int sub = tid & 1, rb = tid >> 1;
     constexpr int AR = (Tr::kHaloRows + 63) / 64, BR = BN / 64;
     const int rows = BM + xt;  // halo rows the consumers read
@@ -252,7 +271,9 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
     }
     const int64_t tap_stride = int64_t(Nc) * Kc;
     const T* b_base = wpk + t.g * p.kh * p.kw * tap_stride + sub * E;
-    const T* b_lo = Tr::kSplit ? static_cast<const T*>(prm.wpk_lo) + (b_base - wpk) : nullptr;
+    const T* b_lo =
+        Tr::kSplit ? static_cast<const T*>(Tr::kF16x3 ? prm.w16_lo : prm.wpk_lo) + (b_base - wpk)
+                   : nullptr;
     bool b_ok[BR];
 #pragma unroll
     for (int i = 0; i < BR; ++i) b_ok[i] = t.n0 + rb + 64 * i < Nc;
@@ -263,7 +284,81 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
       const int64_t brow = int64_t(t.k0y + jy * t.ksy) * p.kw + t.k0x;
       for (int ct = 0; ct < kc_tiles; ++ct) {
         const int c0 = ct * BK + sub * E;
-        if constexpr (Tr::kSplit) {
+        if constexpr (Tr::kF16x3) {
+          // 3xFP16: the halo through registers (8 channels = two float4 per 16-byte
+          // chunk), its largest |value| over the loader warpgroup (named barrier 2), then
+          // each value times 2^s (f16x3_scale) written as big and small fp16 halves; s
+          // goes to the consumers in the slot's flag words. An operand out of range sets
+          // f16_flag: the 3xTF32 kernel launched next then reruns the product.
+          const int a = ia & 1;
+          float4 v[AR][4][2];
+#pragma unroll
+          for (int i = 0; i < AR; ++i) {
+            const int r = rb + 64 * i;
+            const int y = a_y[i] + dy;
+            const bool row_ok = r < rows && a_ok[i] && uint32_t(y) < uHs;
+            const TS* ga = src + (a_off[i] + (row_ok ? int64_t(y) * prm.src.sh : 0) + ct * BK);
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const bool ok = row_ok && c0 + 2 * c * E < Kc;
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh)
+                v[i][c][hh] = ok ? __ldg(reinterpret_cast<const float4*>(ga + 2 * c * E + 4 * hh))
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+          }
+          uint32_t m = 0;
+#pragma unroll
+          for (int i = 0; i < AR; ++i)
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+#pragma unroll
+              for (int hh = 0; hh < 2; ++hh) {
+                const float4 q = v[i][c][hh];
+                m = max(m, max(max(__float_as_uint(q.x) & 0x7fffffffu, __float_as_uint(q.y) & 0x7fffffffu),
+                               max(__float_as_uint(q.z) & 0x7fffffffu, __float_as_uint(q.w) & 0x7fffffffu)));
+              }
+          m = __reduce_max_sync(0xffffffffu, m);
+          volatile uint32_t* xch = reinterpret_cast<volatile uint32_t*>(smem + Tr::kFlagOff + 32 + 16 * a);
+          if (lane == 0) xch[warp] = m;
+          asm volatile("bar.sync 2, 128;\n" ::: "memory");
+          m = max(max(xch[0], xch[1]), max(xch[2], xch[3]));
+          bool bad = false;
+          const int sx = f16x3_scale(m, bad);
+          if (bad && tid == 0) *reinterpret_cast<volatile int*>(prm.f16_flag) = 1;
+          const float sc = exp2i(sx);
+          if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
+          const uint32_t sa = sbase + Tr::kAOff + a * Tr::kAStage;
+#pragma unroll
+          for (int i = 0; i < AR; ++i) {
+            const int r = rb + 64 * i;
+            if (r >= rows) continue;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const float f[8] = {v[i][c][0].x, v[i][c][0].y, v[i][c][0].z, v[i][c][0].w,
+                                  v[i][c][1].x, v[i][c][1].y, v[i][c][1].z, v[i][c][1].w};
+              uint32_t hi[4], lo[4];
+#pragma unroll
+              for (int k = 0; k < 4; ++k) {
+                const float f0 = f[2 * k] * sc, f1 = f[2 * k + 1] * sc;
+                const __half2 h = __floats2half2_rn(f0, f1);
+                const float2 hf = __half22float2(h);
+                const __half2 l = __floats2half2_rn(f0 - hf.x, f1 - hf.y);
+                hi[k] = *reinterpret_cast<const uint32_t*>(&h);
+                lo[k] = *reinterpret_cast<const uint32_t*>(&l);
+              }
+              const uint32_t d = sa + swz<CH>(r, sub + 2 * c);
+              sts128(d, hi);
+              sts128(d + Tr::kABytes, lo);
+            }
+          }
+          if (lane == 0)
+            *reinterpret_cast<volatile int*>(smem + Tr::kFlagOff + 16 * a + 4 * warp) = sx;
+          // Generic-proxy stores, read by wgmma through the async proxy.
+          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+          mbar_arrive(fullA + 8 * a);
+          ++ia;
+        } else if constexpr (Tr::kSplit) {
           // 3xTF32: the halo through registers (loads issued before the slot is
           // free), written as big and small halves; the warp's flag says whether
           // any value needs the careful sum (not finite, or |v| >= 2^60).
@@ -274,7 +369,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
             const int r = rb + 64 * i;
             const int y = a_y[i] + dy;
             const bool row_ok = r < rows && a_ok[i] && uint32_t(y) < uHs;
-            const T* ga = src + (a_off[i] + (row_ok ? int64_t(y) * prm.src.sh : 0) + ct * BK);
+            const TS* ga = src + (a_off[i] + (row_ok ? int64_t(y) * prm.src.sh : 0) + ct * BK);
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
               const bool ok = row_ok && c0 + 2 * c * E < Kc;
@@ -321,7 +416,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
             if (r >= rows) continue;
             const int y = a_y[i] + dy;
             const bool row_ok = a_ok[i] && uint32_t(y) < uHs;
-            const T* ga = src + (a_off[i] + (row_ok ? int64_t(y) * prm.src.sh : 0) + ct * BK);
+            const TS* ga = src + (a_off[i] + (row_ok ? int64_t(y) * prm.src.sh : 0) + ct * BK);
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
               const bool ok = row_ok && c0 + 2 * c * E < Kc;
@@ -368,7 +463,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
   bool prev_last = false;
   // 3xTF32: a weight that is not finite or huge (launch_split_tf32), and the
   // accumulator elements whose big*big sum was not finite (their cross terms dropped).
-  const bool wbad = Tr::kSplit && *prm.wflag != 0;
+  const bool wbad = Tr::kSplit && !Tr::kF16x3 && *prm.wflag != 0;
   uint64_t bad_mask = 0;
   for (int jy = 0; jy < tap_rows; ++jy) {
     for (int ct = 0; ct < kc_tiles; ++ct, ++ia) {
@@ -388,9 +483,12 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
           // The flag is the same in every thread; a warp vote makes that visible to
           // ptxas (a branch it takes as divergent makes it serialise every wgmma).
           const volatile int* fl = reinterpret_cast<const volatile int*>(smem + Tr::kFlagOff + 16 * a);
-          const bool careful = __any_sync(0xffffffffu, wbad || (fl[0] | fl[1] | fl[2] | fl[3]) != 0);
+          bool careful = false;
+          float inv = 1.f;
+          if constexpr (Tr::kF16x3) inv = exp2i(-fl[0]);
+          else careful = __any_sync(0xffffffffu, wbad || (fl[0] | fl[1] | fl[2] | fl[3]) != 0);
           split_item<Tr>(acc, bad_mask, a_rows, a_rows + Tr::kABytes, b_tile, b_tile + Tr::kBBytes,
-                         careful);
+                         careful, inv);
           // This item's wgmma has retired: release its stages.
           mbar_arrive(emptyB + 8 * s);
           if (jx == t.ntap_x - 1) mbar_arrive(emptyA + 8 * a);
@@ -418,6 +516,23 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
   }
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   sync_threads_n<Tr::kConsumers>();  // both consumers done reading the rings
+  if constexpr (Tr::kF16x3) {
+    // Undo the weight columns' scales (launch_split_f16): column n of the tile times
+    // 2^-w16_scale[g * Nc + n].
+    const int* wsc = prm.w16_scale + t.g * prm.Nc;
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t n = t.n0 + j * 8 + 2 * (lane & 3) + e;
+        const float f = n < Nc ? exp2i(-__ldg(wsc + n)) : 0.f;
+#pragma unroll
+        for (int h = 0; h < HV; ++h) {
+          acc[h][j][e] *= f;
+          acc[h][j][e + 2] *= f;
+        }
+      }
+  }
   float* sC = reinterpret_cast<float*>(smem);
   const int wq = warp & 3;
 #pragma unroll
@@ -426,7 +541,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
     for (int j = 0; j < NI; ++j)
       put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, cw * CR + h * 64 + wq * 16 + (lane >> 2),
                                               j * 8 + 2 * (lane & 3), acc[h][j]);
-  store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, Tr::kConsumers, kChanOut, true>(
+  store_c_tile<TS, BM, BN, Tr::LDC_M, Tr::LDC_N, Tr::kConsumers, kChanOut, true>(
       prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
 }
 
@@ -495,6 +610,17 @@ cudaError_t run_halo_split(const IgemmParams& prm, int64_t max_mv, cudaStream_t 
   return run_halo<HaloTraits<float, 128, 128, 4, true>>(prm, max_mv, st);
 }
 
+// 3xFP16: 128 x 128 tiles as 3xTF32's (a fresh partial accumulator beside the total), each
+// item 64 channels; then the 3xTF32 kernel, which exits at once unless an operand was out
+// of the 3xFP16 range (f16_flag) and otherwise recomputes the whole product.
+cudaError_t run_halo_f16x3(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
+  const cudaError_t e = run_halo<HaloTraits<__half, 128, 128, 4, true>>(prm, max_mv, st);
+  if (e != cudaSuccess) return e;
+  IgemmParams fb = prm;
+  fb.run_if = prm.f16_flag;
+  return run_halo_split(fb, max_mv, st);
+}
+
 template <typename T>
 cudaError_t run_halo_t(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
   // 64-column GEMMs: 512-row tiles (each consumer four m64n64 blocks) halve the weight
@@ -528,6 +654,20 @@ bool tc_halo_supported(const IgemmParams& prm, DType dt, MathMode math) {
 #endif
 }
 
+// 3xFP16 (perf-notes v15): forward GEMMs of more than 64 columns whose channels fill
+// whole 16-byte fp16 chunks (CONVT2D_F16X3=0: never, 3xTF32 instead).
+bool tc_halo_f16x3_applies(const IgemmParams& prm) {
+#if defined(CONVT2D_WGMMA)
+  const char* e = std::getenv("CONVT2D_F16X3");
+  if (e && e[0] == '0') return false;
+  return prm.mode == IgemmMode::kForward && prm.Kc % 8 == 0 && prm.Nc > 64 &&
+         tc_halo_supported(prm, DType::kFloat, MathMode::kIEEE);
+#else
+  (void)prm;
+  return false;
+#endif
+}
+
 // Measured on the H100 (docs/perf-notes.md, v4.0): the halo kernel wins with three or
 // more tap columns when the GEMM has at most 64 columns or the type is fp32 (seedA/seedB
 // forward and grad_input); it loses with 128 16-bit columns (seedA bf16 forward: 2.04 vs
@@ -557,6 +697,8 @@ cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, MathMode math, cuda
     case DType::kFloat:
       if (math != MathMode::kIEEE) return run_halo_t<float>(prm, max_mv, st);
       if (!prm.wpk_hi || !prm.wpk_lo || !prm.wflag) return cudaErrorInvalidValue;
+      if (prm.w16_hi && prm.w16_lo && prm.w16_scale && prm.f16_flag && tc_halo_f16x3_applies(prm))
+        return run_halo_f16x3(prm, max_mv, st);
       return run_halo_split(prm, max_mv, st);
     default: return cudaErrorInvalidValue;
   }

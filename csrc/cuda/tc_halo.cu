@@ -157,6 +157,31 @@ __device__ __forceinline__ void split_item(float (&acc)[Tr::HALVES][Tr::NI][4], 
   }
 }
 
+// The split loaders' halo loads (3xTF32: NV = 1, 3xFP16: NV = 2): row rb + 64 i of the item's
+// halo, chunk sub + 2 c as NV float4 of fp32 source channels (zeros outside the source or
+// past Kc), from source row y = a_y[i] + dy, channel offset cofs.
+template <int AR, int NV, int E>
+__device__ __forceinline__ void load_halo_f32(float4 (&v)[AR][4][NV], const float* src,
+                                              const int64_t (&a_off)[AR], const int (&a_y)[AR],
+                                              const bool (&a_ok)[AR], int rb, int rows, int dy,
+                                              uint32_t uHs, int64_t sh, int cofs, int c0, int Kc) {
+#pragma unroll
+  for (int i = 0; i < AR; ++i) {
+    const int r = rb + 64 * i;
+    const int y = a_y[i] + dy;
+    const bool row_ok = r < rows && a_ok[i] && uint32_t(y) < uHs;
+    const float* ga = src + (a_off[i] + (row_ok ? int64_t(y) * sh : 0) + cofs);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const bool ok = row_ok && c0 + 2 * c * E < Kc;
+#pragma unroll
+      for (int hh = 0; hh < NV; ++hh)
+        v[i][c][hh] = ok ? __ldg(reinterpret_cast<const float4*>(ga + 2 * c * E + 4 * hh))
+                         : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+}
+
 // TMA loader (kTma, not with kSplit): one thread issues, per tap row and channel
 // tile, one im2col copy of the BM + xt halo rows (the phase's map: W window widened
 // by xt, W offset 0, the tap row as H offset), and per tap column one tiled copy of
@@ -292,21 +317,8 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
           // f16_flag: the 3xTF32 kernel launched next then reruns the product.
           const int a = ia & 1;
           float4 v[AR][4][2];
-#pragma unroll
-          for (int i = 0; i < AR; ++i) {
-            const int r = rb + 64 * i;
-            const int y = a_y[i] + dy;
-            const bool row_ok = r < rows && a_ok[i] && uint32_t(y) < uHs;
-            const TS* ga = src + (a_off[i] + (row_ok ? int64_t(y) * prm.src.sh : 0) + ct * BK);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const bool ok = row_ok && c0 + 2 * c * E < Kc;
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh)
-                v[i][c][hh] = ok ? __ldg(reinterpret_cast<const float4*>(ga + 2 * c * E + 4 * hh))
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-          }
+          load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, dy, uHs, prm.src.sh,
+                                  ct * BK, c0, Kc);
           uint32_t m = 0;
 #pragma unroll
           for (int i = 0; i < AR; ++i)
@@ -363,20 +375,9 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
           // free), written as big and small halves; the warp's flag says whether
           // any value needs the careful sum (not finite, or |v| >= 2^60).
           const int a = ia & 1;
-          float4 v[AR][4];
-#pragma unroll
-          for (int i = 0; i < AR; ++i) {
-            const int r = rb + 64 * i;
-            const int y = a_y[i] + dy;
-            const bool row_ok = r < rows && a_ok[i] && uint32_t(y) < uHs;
-            const TS* ga = src + (a_off[i] + (row_ok ? int64_t(y) * prm.src.sh : 0) + ct * BK);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const bool ok = row_ok && c0 + 2 * c * E < Kc;
-              v[i][c] = ok ? __ldg(reinterpret_cast<const float4*>(ga + 2 * c * E))
-                           : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-          }
+          float4 v[AR][4][1];
+          load_halo_f32<AR, 1, E>(v, src, a_off, a_y, a_ok, rb, rows, dy, uHs, prm.src.sh,
+                                  ct * BK, c0, Kc);
           if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
           const uint32_t sa = sbase + Tr::kAOff + a * Tr::kAStage;
           bool bad = false;
@@ -386,8 +387,8 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
             if (r >= rows) continue;
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
-              uint32_t hi[4] = {__float_as_uint(v[i][c].x), __float_as_uint(v[i][c].y),
-                                __float_as_uint(v[i][c].z), __float_as_uint(v[i][c].w)};
+              uint32_t hi[4] = {__float_as_uint(v[i][c][0].x), __float_as_uint(v[i][c][0].y),
+                                __float_as_uint(v[i][c][0].z), __float_as_uint(v[i][c][0].w)};
               uint32_t lo[4];
 #pragma unroll
               for (int q = 0; q < 4; ++q) {

@@ -18,6 +18,8 @@ for step in "$@"; do
     check) timeout 300 python scripts/gpu_check.py 2>&1 | tee "$OUT/check.log" | grep -v "^$" | tail -25 ;;
     tests) timeout 400 python -m pytest -q -x -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
     quick) timeout 300 python -m pytest -q -x -rf --tb=short -p no:cacheprovider tests/test_cuda.py -k "${QUICK_K:-halo}" 2>&1 | tee "$OUT/quick.log" | tail -30 ;;
+    f16err) timeout 400 python scripts/f16x3_err.py ${FE_ARGS:-CONVT2D_F16X3_CHAIN 1,0} 2>&1 | tee "$OUT/f16err.log" ;;
+    ncu) NCU_KERNEL=${NCU_KERNEL:-tc_halo_kernel} bash scripts/ncu_rows.sh ${NCU_ROWS:-seedA:ieee} 2>&1 | tee "$OUT/ncu.log" ;;
     envab) timeout 400 python scripts/env_ab.py ${EA_ARGS:-CONVT2D_HALO 0,1} 2>&1 | tee "$OUT/envab.log" ;;
     ab) timeout 400 python scripts/ab.py ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" ;;
     pytests) for f in tests/test_*.py; do echo "== $f"; timeout 300 python -m pytest -q -rf --tb=line -p no:cacheprovider "$f" 2>&1 | tail -4; done 2>&1 | tee "$OUT/pytests.log" ;;

@@ -35,9 +35,10 @@ Metrics:
   floor    max(FLOPs / peak_flops(dtype), bytes / bandwidth); "% floor" = floor / convt2d time.
            Peaks: matmul of 8192^3 (bf16, fp16, fp32 with TF32 for "fp32", fp32 IEEE for
            "fp32-ieee") and a 1 GiB device-to-device copy (bytes read + written), measured once at
-           start, unless given by flags. On CUDA, fp32-ieee uses max(fp32 peak, tf32 peak / 3):
-           fp32-accurate results at the tensor cores' 3xTF32 rate (what convt2d runs) can beat
-           the FMA peak, so that is the floor of the method, not of any algorithm.
+           start, unless given by flags. On CUDA, fp32-ieee uses max(fp32 peak, tf32 peak / 3,
+           fp16 peak / 3): fp32-accurate results at the tensor cores' 3xTF32 or 3xFP16 rate (what
+           convt2d runs) can beat the FMA peak, so that is the floor of the methods, not of any
+           algorithm.
 """
 import argparse
 import contextlib
@@ -327,8 +328,8 @@ def resolve_peaks(args, device: str, timer, dtype_names: Sequence[str]):
              "tf32": args.peak_tflops_tf32, "fp32": args.peak_tflops_fp32,
              "bw": args.bandwidth_tbs}
     needed = sorted({PEAK_KEY[d] for d in dtype_names} | {"bw"})
-    if device != "cpu" and "fp32-ieee" in dtype_names:  # its floor also uses tf32 / 3
-        needed = sorted(set(needed) | {"tf32"})
+    if device != "cpu" and "fp32-ieee" in dtype_names:  # its floor uses tf32 / 3, fp16 / 3
+        needed = sorted(set(needed) | {"tf32", "fp16"})
     if device == "cpu":  # no TF32 on CPU: fp32 rows use the fp32 peak
         needed = sorted({k if k != "tf32" else "fp32" for k in needed} | {"fp32"})
     to_measure = [k for k in needed if flags[k] is None]
@@ -503,8 +504,8 @@ def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, 
     bwd_b = (n["out"] + 2 * n["x"] + 2 * n["w"]) * es
     nbytes = {"fwd": fwd_b, "bwd": bwd_b, "fwdbwd": fwd_b + bwd_b}[pass_name]
     peak = peaks[PEAK_KEY[dtype_name]]
-    if dtype_name == "fp32-ieee" and "tf32" in peaks and device != "cpu":
-        peak = max(peak, peaks["tf32"] / 3)  # 3xTF32 on tensor cores
+    if dtype_name == "fp32-ieee" and device != "cpu":  # 3xTF32 / 3xFP16 on tensor cores
+        peak = max([peak] + [peaks[k] / 3 for k in ("tf32", "fp16") if k in peaks])
     floor_ms = max(fl / (peak * 1e12), nbytes / (peaks["bw"] * 1e12)) * 1e3
     row: Dict[str, Any] = {
         "config": cfg.name, "dtype": dtype_name, "pass": pass_name, "shape": cfg.describe(),
@@ -690,7 +691,7 @@ def markdown(rows, env, gms, impl_name) -> str:
              "input, weight + write grad_input, grad_weight. floor = max(FLOPs/peak, "
              "bytes/bandwidth); % floor = floor / convt2d ms. fp32 = cudnn TF32 on (torch "
              "default); fp32-ieee = TF32 off (cudnn and cuBLAS), its peak on CUDA max(fp32, "
-             "tf32 / 3: 3xTF32 on tensor cores). bwd times only the backward "
+             "tf32 / 3, fp16 / 3: 3xTF32 and 3xFP16 on tensor cores). bwd times only the backward "
              "op (aten.convolution_backward / convt2d.backward, grad_input + grad_weight).")
     return "\n".join(L) + "\n"
 
@@ -874,7 +875,7 @@ def parse_args(argv=None):
     ap.add_argument("--peak-tflops-tf32", type=float, default=None,
                     help="peak for the fp32 rows (TF32 on)")
     ap.add_argument("--peak-tflops-fp32", type=float, default=None,
-                    help="FMA fp32 peak; the fp32-ieee rows use max(this, tf32 peak / 3) on CUDA")
+                    help="FMA fp32 peak; the fp32-ieee rows use max(this, tf32 / 3, fp16 / 3) on CUDA")
     ap.add_argument("--bandwidth-tbs", type=float, default=None, help="memory bandwidth, TB/s")
     ap.add_argument("--no-measure-peaks", action="store_true",
                     help="don't measure; use flags or defaults (CUDA: bf16/fp16 800, tf32 400, "

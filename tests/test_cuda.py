@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import convt2d
-from conftest import Cfg, assert_close, check, check_cfg, ours, reference
+from conftest import Cfg, assert_close, check, check_cfg, ours, poison, reference
 
 pytestmark = pytest.mark.cuda
 
@@ -419,6 +419,36 @@ def test_f16x3_off_switch(monkeypatch):
             names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
             assert not any(_f16x3_halo(n) for n in names), names
             assert any(_split_halo(n) for n in names), names
+
+
+# More tiles than two per SM: the persistent 3xFP16 kernel's blocks take several tiles each
+# (and the second column tile is partial: 136 or 130 output channels).
+_F16X3_BIG = [
+    Cfg(6, 64, 136, 40, 61, k=3, bias=True),
+    Cfg(8, 64, 130, 30, 33, k=4, stride=2, padding=1),
+]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _F16X3_BIG, ids=lambda c: c.id())
+def test_f16x3_persistent_many_tiles(cfg, layout):
+    """Images 10^-3..10^4 apart in magnitude, so the item scales change from tile to tile of
+    one block; each image within fp32 accuracy of the float64 reference, output poisoned."""
+    x, w, b = cfg.make(torch.float32, "cpu")
+    x = x * torch.logspace(-3, 4, cfg.N).view(-1, 1, 1, 1).float()
+    ref = F.conv_transpose2d(x.double(), w.double(), None if b is None else b.double(),
+                             **cfg.kwargs())
+    xc = x.cuda()
+    if layout == "channels_last":
+        xc = xc.contiguous(memory_format=torch.channels_last)
+    wc, bc = w.cuda(), None if b is None else b.cuda()
+    fn = lambda: convt2d.forward(xc, wc, bc, **cfg.kwargs())  # noqa: E731
+    with _tf32_off():
+        poison("cuda", ref.numel() * 4)
+        out = fn().cpu()
+        assert _f16x3_ran(fn)
+    for n in range(cfg.N):
+        assert_close(out[n], ref[n], torch.float32, "cpu", f"image {n}")
 
 
 @pytest.mark.parametrize("mag", [1e-12, 1.0, 1e12], ids=lambda m: f"x{m:g}")

@@ -63,13 +63,13 @@ struct TileGeo {
   int it_y, it_x, k0y, k0x, ksy, ksx, ntap_y, ntap_x, im_y, im_x, ia_y, ia_x;
 };
 
+// Tile `bid` of the grid (the block index; a persistent kernel's tile counter).
 template <int BM, int BN>
-__device__ __forceinline__ TileGeo tile_geo(const IgemmParams& prm) {
+__device__ __forceinline__ TileGeo tile_geo(const IgemmParams& prm, int64_t bid) {
   const Problem& p = prm.p;
   TileGeo t;
   const int64_t n_tiles = (prm.Nc + BN - 1) / BN;
   const int64_t Z = prm.phases_y * prm.phases_x * p.groups;
-  int64_t bid = blockIdx.x;
   const int64_t ntile = bid % n_tiles;
   bid /= n_tiles;
   const int64_t z = bid % Z;
@@ -88,6 +88,11 @@ __device__ __forceinline__ TileGeo tile_geo(const IgemmParams& prm) {
   t.m0 = mtile * BM;
   t.n0 = ntile * BN;
   return t;
+}
+
+template <int BM, int BN>
+__device__ __forceinline__ TileGeo tile_geo(const IgemmParams& prm) {
+  return tile_geo<BM, BN>(prm, blockIdx.x);
 }
 
 // Source of GEMM row mg of the tile: the offset of its tap-0 pixel plus coff

@@ -59,6 +59,9 @@ struct IgemmParams {
   int* f16_flag = nullptr;
   // When set, the kernel exits at once unless *run_if != 0 (the 3xTF32 fallback).
   const int* run_if = nullptr;
+  // Persistent kernels (the 3xFP16 halo kernel): the number of tiles, which the blocks
+  // take in turn (tile = block index + k * grid size).
+  int64_t tiles = 0;
 };
 
 // grad_weight[ci, co, ky, kx] = sum over (n, iy, ix) of x * grad_out(gathered):

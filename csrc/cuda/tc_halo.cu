@@ -37,6 +37,12 @@
 // is huge (|v| >= 2^60: the loader flags its halo, the weight split sets
 // prm.wflag), big*big and the cross terms are summed apart and the cross terms
 // dropped where big*big is not finite (as SplitMma does: inf*small is NaN).
+//
+// 3xFP16 (kF16x3, perf-notes v15-v16): the same three products on fp16 halves scaled by
+// powers of two (a scale per item and per weight column). Its kernel is persistent
+// (kPersist): min(tiles, SMs) blocks take tiles in turn (tile = block + k * grid), the ring
+// positions run on across tiles, and the consumers write C from the accumulators (through
+// a small per-warp transpose) while the loader already fills the next tile.
 #include "cuda/igemm_tile.cuh"
 #include "cuda/kernels.h"
 #include "cuda/ptx.cuh"
@@ -61,6 +67,9 @@ struct HaloTraits {
   static constexpr bool kSplit = kSplit_;  // 3xTF32 / 3xFP16: both halves of each tile staged
   // 3xFP16 (kSplit with T = __half): fp32 source and output, fp16 halves, a scale per item.
   static constexpr bool kF16x3 = kSplit_ && sizeof(T) == 2;
+  // 3xFP16 is persistent: one block per SM takes tiles in turn, its loader filling the next
+  // tile while the consumers store the last one (C straight from the accumulators).
+  static constexpr bool kPersist = kF16x3;
   using Src = std::conditional_t<kSplit_, float, T>;  // source and output element type
   static constexpr int BM = BM_, BN = BN_, SB = SB_, BKB = 128, CH = 8, KS = 4;
   static constexpr int CR = BM / 2, HALVES = CR / 64;  // rows and m64 blocks per consumer
@@ -81,7 +90,11 @@ struct HaloTraits {
   static constexpr int kFlagOff = kBarOff + (2 * SB + 4) * 8;  // kSplit: [2 slots][4 warps]
   // kSplit: [2 slots][4 warps] flags; kF16x3 also the loader warps' exchange of their
   // maxima at kFlagOff + 32, [2 slots][4 warps].
-  static constexpr int kSmemBytes = kFlagOff + (kSplit ? 64 : 0) + 1024;
+  // kPersist: each consumer warp's C staging, 16 columns x 16 rows padded to 20.
+  static constexpr int kWarpC = 16 * 20, kWarpCOff = kFlagOff + 64;
+  static_assert(kWarpCOff % 16 == 0, "C staging: 16-byte rows");
+  static constexpr int kSmemBytes =
+      (kPersist ? kWarpCOff + 8 * kWarpC * 4 : kFlagOff + (kSplit ? 64 : 0)) + 1024;
   static_assert(BN == 64 || BN == 128, "BN");
   static_assert(!kSplit || HALVES * NI * 4 <= 64, "split: 64-bit mask");
   static_assert(!kSplit || sizeof(T) == 4 || std::is_same<T, __half>::value, "split: tf32 or fp16");
@@ -204,18 +217,6 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
   const Problem& p = prm.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
 
-  TileGeo t = tile_geo<BM, BN>(prm);
-  if (t.pix == 0) return;
-  const int adx = t.it_x < 0 ? -t.it_x : t.it_x;
-  const int xt = t.ntap_x > 0 ? (t.ntap_x - 1) * adx : 0;
-  const int64_t nqy = t.pix / t.nqx;
-  t.wv = t.nqx + xt;
-  t.M = p.N * nqy * t.wv;
-  if (t.m0 >= t.M) return;
-  const int Kc = int(prm.Kc), Nc = int(prm.Nc);
-  const int kc_tiles = (Kc + BK - 1) / BK;
-  // A phase with no tap columns has no K loop (its halos would never be released).
-  const int tap_rows = t.ntap_x > 0 ? t.ntap_y : 0;
   const uint32_t fullB = sbase + Tr::kBarOff, emptyB = fullB + SB * 8;
   const uint32_t fullA = emptyB + SB * 8, emptyA = fullA + 16;
   if (tid == 0) {
@@ -230,320 +231,456 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  // Ring positions (halo items, weight stages) of this thread's role. The persistent
+  // 3xFP16 kernel (kPersist) keeps them across its tiles: loader and consumers walk the
+  // same tiles, so their positions stay paired.
+  int ia = 0, ib = 0;
+  const int64_t tile_end = Tr::kPersist ? prm.tiles : int64_t(blockIdx.x) + 1;
+  for (int64_t tile = blockIdx.x; tile < tile_end;
+       tile = Tr::kPersist ? tile + gridDim.x : tile_end) {  // (one trip unless kPersist)
+    TileGeo t = tile_geo<BM, BN>(prm, tile);
+    if (t.pix == 0) continue;
+    const int adx = t.it_x < 0 ? -t.it_x : t.it_x;
+    const int xt = t.ntap_x > 0 ? (t.ntap_x - 1) * adx : 0;
+    const int64_t nqy = t.pix / t.nqx;
+    t.wv = t.nqx + xt;
+    t.M = p.N * nqy * t.wv;
+    if (t.m0 >= t.M) continue;
+    const int Kc = int(prm.Kc), Nc = int(prm.Nc);
+    const int kc_tiles = (Kc + BK - 1) / BK;
+    // A phase with no tap columns has no K loop (its halos would never be released).
+    const int tap_rows = t.ntap_x > 0 ? t.ntap_y : 0;
 
-  if constexpr (kTma) {
-    if (wg == 0) {
-      if (tid != 0 || tap_rows == 0) return;
-      const CUtensorMap* amap = &args.tma.a[t.ry * prm.phases_x + t.rx];
-      const CUtensorMap* bmap = &args.tma.b;
-      tma_prefetch_map(amap);
-      tma_prefetch_map(bmap);
-      const int lo_y = int(tap_lo(t.ia_y, t.it_y, t.ntap_y));
-      const int lo_x = int(tap_lo(t.ia_x, t.it_x, t.ntap_x));
+    if constexpr (kTma) {
+      if (wg == 0) {
+        if (tid != 0 || tap_rows == 0) return;
+        const CUtensorMap* amap = &args.tma.a[t.ry * prm.phases_x + t.rx];
+        const CUtensorMap* bmap = &args.tma.b;
+        tma_prefetch_map(amap);
+        tma_prefetch_map(bmap);
+        const int lo_y = int(tap_lo(t.ia_y, t.it_y, t.ntap_y));
+        const int lo_x = int(tap_lo(t.ia_x, t.it_x, t.ntap_x));
+        const int64_t pixv = nqy * t.wv;
+        const int64_t n = t.m0 / pixv, rem = t.m0 - n * pixv;
+        const int64_t qy = rem / t.wv, u = rem - qy * t.wv;
+        const int bx = int(u) + lo_x, by = int(qy) * t.im_y + lo_y;
+        const int c_base = int(t.g * prm.Kc);
+        const int b_row = int((t.g * p.kh * p.kw) * prm.Nc + t.n0);
+        const uint32_t a_bytes = uint32_t(BM + xt) * 128u;
+        int ia = 0, ib = 0;
+        for (int jy = 0; jy < tap_rows; ++jy) {
+          const int oy = t.ia_y + jy * t.it_y - lo_y;
+          const int brow = (t.k0y + jy * t.ksy) * p.kw + t.k0x;
+          for (int ct = 0; ct < kc_tiles; ++ct, ++ia) {
+            const int a = ia & 1;
+            if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
+            const uint32_t sa = sbase + Tr::kAOff + a * Tr::kABytes;
+            mbar_arrive_expect_tx(fullA + 8 * a, a_bytes);
+            tma_load_im2col4(sa, amap, fullA + 8 * a, c_base + ct * BK, bx, by, int(n), 0,
+                             uint16_t(oy));
+            for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
+              const int s = ib % SB;
+              if (ib >= SB) mbar_wait(emptyB + 8 * s, uint32_t((ib / SB - 1) & 1));
+              const uint32_t sb = sbase + s * Tr::kBStage;
+              mbar_arrive_expect_tx(fullB + 8 * s, uint32_t(BN * 128));
+              tma_load_2d(sb, bmap, fullB + 8 * s, ct * BK,
+                          b_row + (brow + jx * t.ksx) * int(prm.Nc));
+            }
+          }
+        }
+        return;
+      }
+    } else if (wg == 0) {
+      // ---- loader: halo rows and weight rows rb + 64 i, chunks sub + 2 c ----------------
+      const TS* __restrict__ src = static_cast<const TS*>(prm.src.ptr);
+      // 3xTF32 / 3xFP16: the big and small weight halves (same layout as wpk).
+      const T* __restrict__ wpk = static_cast<const T*>(
+          Tr::kF16x3 ? prm.w16_hi : Tr::kSplit ? prm.wpk_hi : prm.wpk);
+      const int sub = tid & 1, rb = tid >> 1;
+      constexpr int AR = (Tr::kHaloRows + 63) / 64, BR = BN / 64;
+      const int rows = BM + xt;  // halo rows the consumers read
       const int64_t pixv = nqy * t.wv;
-      const int64_t n = t.m0 / pixv, rem = t.m0 - n * pixv;
-      const int64_t qy = rem / t.wv, u = rem - qy * t.wv;
-      const int bx = int(u) + lo_x, by = int(qy) * t.im_y + lo_y;
-      const int c_base = int(t.g * prm.Kc);
-      const int b_row = int((t.g * p.kh * p.kw) * prm.Nc + t.n0);
-      const uint32_t a_bytes = uint32_t(BM + xt) * 128u;
-      int ia = 0, ib = 0;
+      const int omin = t.it_x < 0 ? -xt : 0;
+      int64_t a_off[AR];
+      int a_y[AR];
+      bool a_ok[AR];
+#pragma unroll
+      for (int i = 0; i < AR; ++i) {
+        const int64_t v = t.m0 + rb + 64 * i;
+        const int64_t n = v / pixv, rem = v - n * pixv;
+        const int64_t qy = rem / t.wv, u = rem - qy * t.wv;
+        const int64_t col = u + t.ia_x + omin;
+        a_ok[i] = v < t.M && col >= 0 && col < prm.Ws;
+        a_y[i] = int(qy) * t.im_y + t.ia_y;
+        a_off[i] = a_ok[i] ? n * prm.src.sn + t.g * Kc + sub * E + col * prm.src.sw : 0;
+      }
+      const int64_t tap_stride = int64_t(Nc) * Kc;
+      const T* b_base = wpk + t.g * p.kh * p.kw * tap_stride + sub * E;
+      const T* b_lo =
+          Tr::kSplit ? static_cast<const T*>(Tr::kF16x3 ? prm.w16_lo : prm.wpk_lo) + (b_base - wpk)
+                     : nullptr;
+      bool b_ok[BR];
+#pragma unroll
+      for (int i = 0; i < BR; ++i) b_ok[i] = t.n0 + rb + 64 * i < Nc;
+      const uint32_t uHs = uint32_t(prm.Hs);
       for (int jy = 0; jy < tap_rows; ++jy) {
-        const int oy = t.ia_y + jy * t.it_y - lo_y;
-        const int brow = (t.k0y + jy * t.ksy) * p.kw + t.k0x;
-        for (int ct = 0; ct < kc_tiles; ++ct, ++ia) {
-          const int a = ia & 1;
-          if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
-          const uint32_t sa = sbase + Tr::kAOff + a * Tr::kABytes;
-          mbar_arrive_expect_tx(fullA + 8 * a, a_bytes);
-          tma_load_im2col4(sa, amap, fullA + 8 * a, c_base + ct * BK, bx, by, int(n), 0,
-                           uint16_t(oy));
+        const int dy = jy * t.it_y;
+        const int64_t brow = int64_t(t.k0y + jy * t.ksy) * p.kw + t.k0x;
+        for (int ct = 0; ct < kc_tiles; ++ct) {
+          const int c0 = ct * BK + sub * E;
+          if constexpr (Tr::kF16x3) {
+            // 3xFP16: the halo through registers (8 channels = two float4 per 16-byte
+            // chunk), its largest |value| over the loader warpgroup (named barrier 2), then
+            // each value times 2^s (f16x3_scale) written as big and small fp16 halves; s
+            // goes to the consumers in the slot's flag words. An operand out of range sets
+            // f16_flag: the 3xTF32 kernel launched next then reruns the product.
+            const int a = ia & 1;
+            float4 v[AR][4][2];
+            load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, dy, uHs, prm.src.sh,
+                                    ct * BK, c0, Kc);
+            uint32_t m = 0;
+#pragma unroll
+            for (int i = 0; i < AR; ++i)
+#pragma unroll
+              for (int c = 0; c < 4; ++c)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                  const float4 q = v[i][c][hh];
+                  m = max(m, max(max(__float_as_uint(q.x) & 0x7fffffffu, __float_as_uint(q.y) & 0x7fffffffu),
+                                 max(__float_as_uint(q.z) & 0x7fffffffu, __float_as_uint(q.w) & 0x7fffffffu)));
+                }
+            m = __reduce_max_sync(0xffffffffu, m);
+            volatile uint32_t* xch = reinterpret_cast<volatile uint32_t*>(smem + Tr::kFlagOff + 32 + 16 * a);
+            if (lane == 0) xch[warp] = m;
+            asm volatile("bar.sync 2, 128;\n" ::: "memory");
+            m = max(max(xch[0], xch[1]), max(xch[2], xch[3]));
+            bool bad = false;
+            const int sx = f16x3_scale(m, bad);
+            if (bad && tid == 0) *reinterpret_cast<volatile int*>(prm.f16_flag) = 1;
+            const float sc = exp2i(sx);
+            if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
+            const uint32_t sa = sbase + Tr::kAOff + a * Tr::kAStage;
+#pragma unroll
+            for (int i = 0; i < AR; ++i) {
+              const int r = rb + 64 * i;
+              if (r >= rows) continue;
+#pragma unroll
+              for (int c = 0; c < 4; ++c) {
+                const float f[8] = {v[i][c][0].x, v[i][c][0].y, v[i][c][0].z, v[i][c][0].w,
+                                    v[i][c][1].x, v[i][c][1].y, v[i][c][1].z, v[i][c][1].w};
+                uint32_t hi[4], lo[4];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                  const float f0 = f[2 * k] * sc, f1 = f[2 * k + 1] * sc;
+                  const __half2 h = __floats2half2_rn(f0, f1);
+                  const float2 hf = __half22float2(h);
+                  const __half2 l = __floats2half2_rn(f0 - hf.x, f1 - hf.y);
+                  hi[k] = *reinterpret_cast<const uint32_t*>(&h);
+                  lo[k] = *reinterpret_cast<const uint32_t*>(&l);
+                }
+                const uint32_t d = sa + swz<CH>(r, sub + 2 * c);
+                sts128(d, hi);
+                sts128(d + Tr::kABytes, lo);
+              }
+            }
+            if (lane == 0)
+              *reinterpret_cast<volatile int*>(smem + Tr::kFlagOff + 16 * a + 4 * warp) = sx;
+            // Generic-proxy stores, read by wgmma through the async proxy.
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            mbar_arrive(fullA + 8 * a);
+            ++ia;
+          } else if constexpr (Tr::kSplit) {
+            // 3xTF32: the halo through registers (loads issued before the slot is
+            // free), written as big and small halves; the warp's flag says whether
+            // any value needs the careful sum (not finite, or |v| >= 2^60).
+            const int a = ia & 1;
+            float4 v[AR][4][1];
+            load_halo_f32<AR, 1, E>(v, src, a_off, a_y, a_ok, rb, rows, dy, uHs, prm.src.sh,
+                                    ct * BK, c0, Kc);
+            if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
+            const uint32_t sa = sbase + Tr::kAOff + a * Tr::kAStage;
+            bool bad = false;
+#pragma unroll
+            for (int i = 0; i < AR; ++i) {
+              const int r = rb + 64 * i;
+              if (r >= rows) continue;
+#pragma unroll
+              for (int c = 0; c < 4; ++c) {
+                uint32_t hi[4] = {__float_as_uint(v[i][c][0].x), __float_as_uint(v[i][c][0].y),
+                                  __float_as_uint(v[i][c][0].z), __float_as_uint(v[i][c][0].w)};
+                uint32_t lo[4];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                  bad |= !(fabsf(__uint_as_float(hi[q])) < 0x1p60f);
+                  bad |= !split_tf32_trunc(hi[q], lo[q]);
+                }
+                const uint32_t d = sa + swz<CH>(r, sub + 2 * c);
+                sts128(d, hi);
+                sts128(d + Tr::kABytes, lo);
+              }
+            }
+            const bool any_bad = __any_sync(0xffffffffu, bad);
+            if (lane == 0)
+              *reinterpret_cast<volatile int*>(smem + Tr::kFlagOff + 16 * a + 4 * warp) = any_bad;
+            // Generic-proxy stores, read by wgmma through the async proxy.
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            mbar_arrive(fullA + 8 * a);
+            ++ia;
+          } else {
+            const int a = ia & 1;
+            if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
+            const uint32_t sa = sbase + Tr::kAOff + a * Tr::kABytes;
+#pragma unroll
+            for (int i = 0; i < AR; ++i) {
+              const int r = rb + 64 * i;
+              if (r >= rows) continue;
+              const int y = a_y[i] + dy;
+              const bool row_ok = a_ok[i] && uint32_t(y) < uHs;
+              const TS* ga = src + (a_off[i] + (row_ok ? int64_t(y) * prm.src.sh : 0) + ct * BK);
+#pragma unroll
+              for (int c = 0; c < 4; ++c) {
+                const bool ok = row_ok && c0 + 2 * c * E < Kc;
+                const uint32_t d = swz<CH>(r, sub + 2 * c);
+                cp_async16(sa + d, ok ? ga + 2 * c * E : src, ok ? 16 : 0);
+              }
+            }
+            mbar_arrive_cp_async(fullA + 8 * a);
+            ++ia;
+          }
           for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
             const int s = ib % SB;
             if (ib >= SB) mbar_wait(emptyB + 8 * s, uint32_t((ib / SB - 1) & 1));
             const uint32_t sb = sbase + s * Tr::kBStage;
-            mbar_arrive_expect_tx(fullB + 8 * s, uint32_t(BN * 128));
-            tma_load_2d(sb, bmap, fullB + 8 * s, ct * BK,
-                        b_row + (brow + jx * t.ksx) * int(prm.Nc));
+            const int64_t btap = (brow + int64_t(jx) * t.ksx) * tap_stride;
+#pragma unroll
+            for (int i = 0; i < BR; ++i) {
+              const int r = rb + 64 * i;
+              const int64_t boff = (t.n0 + r) * Kc + (btap + ct * BK);
+              const T* gb = b_base + boff;
+#pragma unroll
+              for (int c = 0; c < 4; ++c) {
+                const bool ok = b_ok[i] && c0 + 2 * c * E < Kc;
+                cp_async16(sb + swz<CH>(r, sub + 2 * c), ok ? gb + 2 * c * E : wpk, ok ? 16 : 0);
+                if constexpr (Tr::kSplit)
+                  cp_async16(sb + Tr::kBBytes + swz<CH>(r, sub + 2 * c),
+                             ok ? b_lo + boff + 2 * c * E : wpk, ok ? 16 : 0);
+              }
+            }
+            mbar_arrive_cp_async(fullB + 8 * s);
           }
         }
       }
-      return;
+      continue;
     }
-  } else if (wg == 0) {
-    // ---- loader: halo rows and weight rows rb + 64 i, chunks sub + 2 c ----------------
-    const TS* __restrict__ src = static_cast<const TS*>(prm.src.ptr);
-    // 3xTF32 / 3xFP16: the big and small weight halves (same layout as wpk).
-    const T* __restrict__ wpk = static_cast<const T*>(
-        Tr::kF16x3 ? prm.w16_hi : Tr::kSplit ? prm.wpk_hi : prm.wpk);
-    const int sub = tid & 1, rb = tid >> 1;
-    constexpr int AR = (Tr::kHaloRows + 63) / 64, BR = BN / 64;
-    const int rows = BM + xt;  // halo rows the consumers read
-    const int64_t pixv = nqy * t.wv;
-    const int omin = t.it_x < 0 ? -xt : 0;
-    int64_t a_off[AR];
-    int a_y[AR];
-    bool a_ok[AR];
-#pragma unroll
-    for (int i = 0; i < AR; ++i) {
-      const int64_t v = t.m0 + rb + 64 * i;
-      const int64_t n = v / pixv, rem = v - n * pixv;
-      const int64_t qy = rem / t.wv, u = rem - qy * t.wv;
-      const int64_t col = u + t.ia_x + omin;
-      a_ok[i] = v < t.M && col >= 0 && col < prm.Ws;
-      a_y[i] = int(qy) * t.im_y + t.ia_y;
-      a_off[i] = a_ok[i] ? n * prm.src.sn + t.g * Kc + sub * E + col * prm.src.sw : 0;
-    }
-    const int64_t tap_stride = int64_t(Nc) * Kc;
-    const T* b_base = wpk + t.g * p.kh * p.kw * tap_stride + sub * E;
-    const T* b_lo =
-        Tr::kSplit ? static_cast<const T*>(Tr::kF16x3 ? prm.w16_lo : prm.wpk_lo) + (b_base - wpk)
-                   : nullptr;
-    bool b_ok[BR];
-#pragma unroll
-    for (int i = 0; i < BR; ++i) b_ok[i] = t.n0 + rb + 64 * i < Nc;
-    const uint32_t uHs = uint32_t(prm.Hs);
-    int ia = 0, ib = 0;  // halo / weight items issued
+
+    // ---- consumers: warpgroup cw = wg - 1 owns rows [CR cw, CR cw + CR) ---------------------
+    const int cw = wg - 1, ctid = tid - 128;
+    constexpr int HV = Tr::HALVES, CR = Tr::CR;
+    float acc[HV][NI][4];
+    zero_acc(acc);
+    int prev_s = 0, prev_a = 0;
+    bool prev_last = false;
+    // 3xTF32: a weight that is not finite or huge (launch_split_tf32), and the
+    // accumulator elements whose big*big sum was not finite (their cross terms dropped).
+    const bool wbad = Tr::kSplit && !Tr::kF16x3 && *prm.wflag != 0;
+    uint64_t bad_mask = 0;
     for (int jy = 0; jy < tap_rows; ++jy) {
-      const int dy = jy * t.it_y;
-      const int64_t brow = int64_t(t.k0y + jy * t.ksy) * p.kw + t.k0x;
-      for (int ct = 0; ct < kc_tiles; ++ct) {
-        const int c0 = ct * BK + sub * E;
-        if constexpr (Tr::kF16x3) {
-          // 3xFP16: the halo through registers (8 channels = two float4 per 16-byte
-          // chunk), its largest |value| over the loader warpgroup (named barrier 2), then
-          // each value times 2^s (f16x3_scale) written as big and small fp16 halves; s
-          // goes to the consumers in the slot's flag words. An operand out of range sets
-          // f16_flag: the 3xTF32 kernel launched next then reruns the product.
-          const int a = ia & 1;
-          float4 v[AR][4][2];
-          load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, dy, uHs, prm.src.sh,
-                                  ct * BK, c0, Kc);
-          uint32_t m = 0;
-#pragma unroll
-          for (int i = 0; i < AR; ++i)
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh) {
-                const float4 q = v[i][c][hh];
-                m = max(m, max(max(__float_as_uint(q.x) & 0x7fffffffu, __float_as_uint(q.y) & 0x7fffffffu),
-                               max(__float_as_uint(q.z) & 0x7fffffffu, __float_as_uint(q.w) & 0x7fffffffu)));
-              }
-          m = __reduce_max_sync(0xffffffffu, m);
-          volatile uint32_t* xch = reinterpret_cast<volatile uint32_t*>(smem + Tr::kFlagOff + 32 + 16 * a);
-          if (lane == 0) xch[warp] = m;
-          asm volatile("bar.sync 2, 128;\n" ::: "memory");
-          m = max(max(xch[0], xch[1]), max(xch[2], xch[3]));
-          bool bad = false;
-          const int sx = f16x3_scale(m, bad);
-          if (bad && tid == 0) *reinterpret_cast<volatile int*>(prm.f16_flag) = 1;
-          const float sc = exp2i(sx);
-          if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
-          const uint32_t sa = sbase + Tr::kAOff + a * Tr::kAStage;
-#pragma unroll
-          for (int i = 0; i < AR; ++i) {
-            const int r = rb + 64 * i;
-            if (r >= rows) continue;
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const float f[8] = {v[i][c][0].x, v[i][c][0].y, v[i][c][0].z, v[i][c][0].w,
-                                  v[i][c][1].x, v[i][c][1].y, v[i][c][1].z, v[i][c][1].w};
-              uint32_t hi[4], lo[4];
-#pragma unroll
-              for (int k = 0; k < 4; ++k) {
-                const float f0 = f[2 * k] * sc, f1 = f[2 * k + 1] * sc;
-                const __half2 h = __floats2half2_rn(f0, f1);
-                const float2 hf = __half22float2(h);
-                const __half2 l = __floats2half2_rn(f0 - hf.x, f1 - hf.y);
-                hi[k] = *reinterpret_cast<const uint32_t*>(&h);
-                lo[k] = *reinterpret_cast<const uint32_t*>(&l);
-              }
-              const uint32_t d = sa + swz<CH>(r, sub + 2 * c);
-              sts128(d, hi);
-              sts128(d + Tr::kABytes, lo);
-            }
-          }
-          if (lane == 0)
-            *reinterpret_cast<volatile int*>(smem + Tr::kFlagOff + 16 * a + 4 * warp) = sx;
-          // Generic-proxy stores, read by wgmma through the async proxy.
-          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-          mbar_arrive(fullA + 8 * a);
-          ++ia;
-        } else if constexpr (Tr::kSplit) {
-          // 3xTF32: the halo through registers (loads issued before the slot is
-          // free), written as big and small halves; the warp's flag says whether
-          // any value needs the careful sum (not finite, or |v| >= 2^60).
-          const int a = ia & 1;
-          float4 v[AR][4][1];
-          load_halo_f32<AR, 1, E>(v, src, a_off, a_y, a_ok, rb, rows, dy, uHs, prm.src.sh,
-                                  ct * BK, c0, Kc);
-          if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
-          const uint32_t sa = sbase + Tr::kAOff + a * Tr::kAStage;
-          bool bad = false;
-#pragma unroll
-          for (int i = 0; i < AR; ++i) {
-            const int r = rb + 64 * i;
-            if (r >= rows) continue;
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              uint32_t hi[4] = {__float_as_uint(v[i][c][0].x), __float_as_uint(v[i][c][0].y),
-                                __float_as_uint(v[i][c][0].z), __float_as_uint(v[i][c][0].w)};
-              uint32_t lo[4];
-#pragma unroll
-              for (int q = 0; q < 4; ++q) {
-                bad |= !(fabsf(__uint_as_float(hi[q])) < 0x1p60f);
-                bad |= !split_tf32_trunc(hi[q], lo[q]);
-              }
-              const uint32_t d = sa + swz<CH>(r, sub + 2 * c);
-              sts128(d, hi);
-              sts128(d + Tr::kABytes, lo);
-            }
-          }
-          const bool any_bad = __any_sync(0xffffffffu, bad);
-          if (lane == 0)
-            *reinterpret_cast<volatile int*>(smem + Tr::kFlagOff + 16 * a + 4 * warp) = any_bad;
-          // Generic-proxy stores, read by wgmma through the async proxy.
-          asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-          mbar_arrive(fullA + 8 * a);
-          ++ia;
-        } else {
-          const int a = ia & 1;
-          if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
-          const uint32_t sa = sbase + Tr::kAOff + a * Tr::kABytes;
-#pragma unroll
-          for (int i = 0; i < AR; ++i) {
-            const int r = rb + 64 * i;
-            if (r >= rows) continue;
-            const int y = a_y[i] + dy;
-            const bool row_ok = a_ok[i] && uint32_t(y) < uHs;
-            const TS* ga = src + (a_off[i] + (row_ok ? int64_t(y) * prm.src.sh : 0) + ct * BK);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const bool ok = row_ok && c0 + 2 * c * E < Kc;
-              const uint32_t d = swz<CH>(r, sub + 2 * c);
-              cp_async16(sa + d, ok ? ga + 2 * c * E : src, ok ? 16 : 0);
-            }
-          }
-          mbar_arrive_cp_async(fullA + 8 * a);
-          ++ia;
-        }
+      for (int ct = 0; ct < kc_tiles; ++ct, ++ia) {
+        const int a = ia & 1;
+        mbar_wait(fullA + 8 * a, uint32_t((ia >> 1) & 1));
+        const uint32_t sa = sbase + Tr::kAOff + a * Tr::kAStage + cw * CR * 128;
         for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
           const int s = ib % SB;
-          if (ib >= SB) mbar_wait(emptyB + 8 * s, uint32_t((ib / SB - 1) & 1));
-          const uint32_t sb = sbase + s * Tr::kBStage;
-          const int64_t btap = (brow + int64_t(jx) * t.ksx) * tap_stride;
+          mbar_wait(fullB + 8 * s, uint32_t((ib / SB) & 1));
+          // cp.async rings are written through the generic proxy; wgmma reads
+          // them through the async proxy (TMA writes through the async proxy).
+          // (Measured: this fence costs 2-3% here; dropping it is not proven safe.)
+          if constexpr (!kTma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+          const int e = (t.it_x < 0 ? t.ntap_x - 1 - jx : jx) * adx;
+          const uint32_t a_rows = sa + e * 128, b_tile = sbase + s * Tr::kBStage;
+          if constexpr (Tr::kSplit) {
+            // The flag is the same in every thread; a warp vote makes that visible to
+            // ptxas (a branch it takes as divergent makes it serialise every wgmma).
+            const volatile int* fl = reinterpret_cast<const volatile int*>(smem + Tr::kFlagOff + 16 * a);
+            bool careful = false;
+            float inv = 1.f;
+            if constexpr (Tr::kF16x3) inv = exp2i(-fl[0]);
+            else careful = __any_sync(0xffffffffu, wbad || (fl[0] | fl[1] | fl[2] | fl[3]) != 0);
+            split_item<Tr>(acc, bad_mask, a_rows, a_rows + Tr::kABytes, b_tile, b_tile + Tr::kBBytes,
+                           careful, inv);
+            // This item's wgmma has retired: release its stages.
+            mbar_arrive(emptyB + 8 * s);
+            if (jx == t.ntap_x - 1) mbar_arrive(emptyA + 8 * a);
+            continue;
+          }
+          asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-          for (int i = 0; i < BR; ++i) {
-            const int r = rb + 64 * i;
-            const int64_t boff = (t.n0 + r) * Kc + (btap + ct * BK);
-            const T* gb = b_base + boff;
+          for (int ks = 0; ks < Tr::KS; ++ks)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const bool ok = b_ok[i] && c0 + 2 * c * E < Kc;
-              cp_async16(sb + swz<CH>(r, sub + 2 * c), ok ? gb + 2 * c * E : wpk, ok ? 16 : 0);
-              if constexpr (Tr::kSplit)
-                cp_async16(sb + Tr::kBBytes + swz<CH>(r, sub + 2 * c),
-                           ok ? b_lo + boff + 2 * c * E : wpk, ok ? 16 : 0);
+            for (int h = 0; h < HV; ++h)
+              Wgmma<T, BN>::run(&acc[h][0][0], sw128_desc(a_rows + h * 64 * 128 + 32 * ks),
+                                sw128_desc(b_tile + 32 * ks));
+          asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+          asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+          // The previous item's wgmma has retired: release its stages.
+          if (ib > 0) {
+            mbar_arrive(emptyB + 8 * prev_s);  // (never with kSplit: it releases at once)
+            if (prev_last) mbar_arrive(emptyA + 8 * prev_a);
+          }
+          prev_s = s;
+          prev_a = a;
+          prev_last = jx == t.ntap_x - 1;
+        }
+      }
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if constexpr (Tr::kPersist) {
+      // The loader is already filling the rings for the next tile, so C does not go through
+      // them: element (j, q) of a thread (row wq * 16 + lane / 4 + 8 (q / 2), column
+      // j * 8 + 2 (lane % 4) + q % 2) times its weight column's 2^-w16_scale, plus bias.
+      static_assert(HV == 1 && std::is_same<TS, float>::value, "persistent: 3xFP16 only");
+      const Geo gy = make_geo(prm.mode, t.ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
+      const Geo gx = make_geo(prm.mode, t.rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+      const int64_t pixv = nqy * t.wv;
+      const int wrow = cw * CR + (warp & 3) * 16;  // the warp's 16 rows
+      auto row_off = [&](int r) -> int64_t {  // destination of tile row r, -1 if dropped
+        const int64_t mg = t.m0 + r;
+        if (mg >= t.M) return -1;
+        const int64_t n = mg / pixv, rem = mg - n * pixv;
+        const int64_t qy = rem / t.wv, qx = rem - qy * t.wv;
+        if (qx >= gx.nq) return -1;
+        return n * prm.dst.sn + (qy * gy.om + gy.oa) * prm.dst.sh + (qx * gx.om + gx.oa) * prm.dst.sw +
+               t.g * prm.Nc * prm.dst.sc;
+      };
+      const int* wsc = prm.w16_scale + t.g * prm.Nc;
+      const TS* bias = static_cast<const TS*>(prm.bias);
+      const TS* bias_g = bias ? bias + t.g * prm.Nc : nullptr;
+      TS* dst = static_cast<TS*>(prm.dst.ptr);
+      const int64_t dsc = prm.dst.sc;
+      if constexpr (kChanOut) {
+        // Channels contiguous: a thread's two columns are neighbours (one 8-byte store),
+        // a warp's store covers 8 rows x 32 bytes.
+        const int64_t ro[2] = {row_off(wrow + (lane >> 2)), row_off(wrow + (lane >> 2) + 8)};
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+          const int64_t n = t.n0 + j * 8 + 2 * (lane & 3);
+          if (n >= Nc) continue;
+          const bool two = n + 1 < Nc;
+          const float f0 = exp2i(-__ldg(wsc + n)), f1 = two ? exp2i(-__ldg(wsc + n + 1)) : 0.f;
+          const float b0 = bias_g ? __ldg(bias_g + n) : 0.f;
+          const float b1 = bias_g && two ? __ldg(bias_g + n + 1) : 0.f;
+#pragma unroll
+          for (int rr = 0; rr < 2; ++rr) {
+            if (ro[rr] < 0) continue;
+            const float v0 = acc[0][j][2 * rr] * f0 + b0, v1 = acc[0][j][2 * rr + 1] * f1 + b1;
+            TS* d = dst + ro[rr] + n;
+            if (two && (reinterpret_cast<uintptr_t>(d) & 7) == 0) {
+              *reinterpret_cast<float2*>(d) = make_float2(v0, v1);
+            } else {
+              d[0] = v0;
+              if (two) d[1] = v1;
             }
           }
-          mbar_arrive_cp_async(fullB + 8 * s);
+        }
+      } else {
+        // Pixels along the output row: the warp turns 16 columns at a time around in its
+        // own shared-memory block ([column][row], rows padded to 20), then each lane stores
+        // 4 consecutive rows of a column with one 16-byte store where they are contiguous.
+        float* sw = reinterpret_cast<float*>(smem + Tr::kWarpCOff) + (warp - 4) * Tr::kWarpC;
+        const int q4 = lane & 3;
+        int64_t ro[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ro[i] = row_off(wrow + q4 * 4 + i);
+        // Every lane's 4 rows contiguous (else, e.g. in a stride-2 phase or across an
+        // output row, each store covers 16 rows of 2 columns).
+        const bool vec = __all_sync(0xffffffffu, ro[0] >= 0 && ro[1] == ro[0] + 1 &&
+                                                     ro[2] == ro[0] + 2 && ro[3] == ro[0] + 3 &&
+                                                     prm.dst.sw == 1);
+        const int64_t rl = vec ? 0 : row_off(wrow + (lane & 15));
+#pragma unroll
+        for (int P = 0; P < NI / 2; ++P) {
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int lc = jj * 8 + 2 * (lane & 3) + e;
+              const int64_t n = t.n0 + P * 16 + lc;
+              const float f = n < Nc ? exp2i(-__ldg(wsc + n)) : 0.f;
+              const float b = bias_g && n < Nc ? __ldg(bias_g + n) : 0.f;
+#pragma unroll
+              for (int rr = 0; rr < 2; ++rr)
+                sw[lc * 20 + (lane >> 2) + 8 * rr] = acc[0][2 * P + jj][2 * rr + e] * f + b;
+            }
+          __syncwarp();
+          if (vec) {
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+              const int col = (lane >> 2) + 8 * k;
+              const int64_t n = t.n0 + P * 16 + col;
+              if (n >= Nc) continue;
+              const float4 v = *reinterpret_cast<const float4*>(sw + col * 20 + q4 * 4);
+              TS* d = dst + ro[0] + n * dsc;
+              if ((reinterpret_cast<uintptr_t>(d) & 15) == 0) {
+                *reinterpret_cast<float4*>(d) = v;
+              } else {
+                d[0] = v.x;
+                d[1] = v.y;
+                d[2] = v.z;
+                d[3] = v.w;
+              }
+            }
+          } else if (rl >= 0) {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+              const int col = 2 * k + (lane >> 4);
+              const int64_t n = t.n0 + P * 16 + col;
+              if (n < Nc) dst[rl + n * dsc] = sw[col * 20 + (lane & 15)];
+            }
+          }
+          __syncwarp();
         }
       }
+      continue;
     }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");  // no exit with copies in flight
-    return;
+    sync_threads_n<Tr::kConsumers>();  // both consumers done reading the rings
+    if constexpr (Tr::kF16x3) {
+      // Undo the weight columns' scales (launch_split_f16): column n of the tile times
+      // 2^-w16_scale[g * Nc + n].
+      const int* wsc = prm.w16_scale + t.g * prm.Nc;
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t n = t.n0 + j * 8 + 2 * (lane & 3) + e;
+          const float f = n < Nc ? exp2i(-__ldg(wsc + n)) : 0.f;
+#pragma unroll
+          for (int h = 0; h < HV; ++h) {
+            acc[h][j][e] *= f;
+            acc[h][j][e + 2] *= f;
+          }
+        }
+    }
+    float* sC = reinterpret_cast<float*>(smem);
+    const int wq = warp & 3;
+#pragma unroll
+    for (int h = 0; h < HV; ++h)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+        put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, cw * CR + h * 64 + wq * 16 + (lane >> 2),
+                                                j * 8 + 2 * (lane & 3), acc[h][j]);
+    store_c_tile<TS, BM, BN, Tr::LDC_M, Tr::LDC_N, Tr::kConsumers, kChanOut, true>(
+        prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
   }
+  if (wg == 0) asm volatile("cp.async.wait_all;\n" ::: "memory");  // no exit with copies in flight
+}
 
-  // ---- consumers: warpgroup cw = wg - 1 owns rows [CR cw, CR cw + CR) ---------------------
-  const int cw = wg - 1, ctid = tid - 128;
-  constexpr int HV = Tr::HALVES, CR = Tr::CR;
-  float acc[HV][NI][4];
-  zero_acc(acc);
-  int ia = 0, ib = 0, prev_s = 0, prev_a = 0;
-  bool prev_last = false;
-  // 3xTF32: a weight that is not finite or huge (launch_split_tf32), and the
-  // accumulator elements whose big*big sum was not finite (their cross terms dropped).
-  const bool wbad = Tr::kSplit && !Tr::kF16x3 && *prm.wflag != 0;
-  uint64_t bad_mask = 0;
-  for (int jy = 0; jy < tap_rows; ++jy) {
-    for (int ct = 0; ct < kc_tiles; ++ct, ++ia) {
-      const int a = ia & 1;
-      mbar_wait(fullA + 8 * a, uint32_t((ia >> 1) & 1));
-      const uint32_t sa = sbase + Tr::kAOff + a * Tr::kAStage + cw * CR * 128;
-      for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
-        const int s = ib % SB;
-        mbar_wait(fullB + 8 * s, uint32_t((ib / SB) & 1));
-        // cp.async rings are written through the generic proxy; wgmma reads
-        // them through the async proxy (TMA writes through the async proxy).
-        // (Measured: this fence costs 2-3% here; dropping it is not proven safe.)
-        if constexpr (!kTma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        const int e = (t.it_x < 0 ? t.ntap_x - 1 - jx : jx) * adx;
-        const uint32_t a_rows = sa + e * 128, b_tile = sbase + s * Tr::kBStage;
-        if constexpr (Tr::kSplit) {
-          // The flag is the same in every thread; a warp vote makes that visible to
-          // ptxas (a branch it takes as divergent makes it serialise every wgmma).
-          const volatile int* fl = reinterpret_cast<const volatile int*>(smem + Tr::kFlagOff + 16 * a);
-          bool careful = false;
-          float inv = 1.f;
-          if constexpr (Tr::kF16x3) inv = exp2i(-fl[0]);
-          else careful = __any_sync(0xffffffffu, wbad || (fl[0] | fl[1] | fl[2] | fl[3]) != 0);
-          split_item<Tr>(acc, bad_mask, a_rows, a_rows + Tr::kABytes, b_tile, b_tile + Tr::kBBytes,
-                         careful, inv);
-          // This item's wgmma has retired: release its stages.
-          mbar_arrive(emptyB + 8 * s);
-          if (jx == t.ntap_x - 1) mbar_arrive(emptyA + 8 * a);
-          continue;
-        }
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int ks = 0; ks < Tr::KS; ++ks)
-#pragma unroll
-          for (int h = 0; h < HV; ++h)
-            Wgmma<T, BN>::run(&acc[h][0][0], sw128_desc(a_rows + h * 64 * 128 + 32 * ks),
-                              sw128_desc(b_tile + 32 * ks));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-        // The previous item's wgmma has retired: release its stages.
-        if (ib > 0) {
-          mbar_arrive(emptyB + 8 * prev_s);  // (never with kSplit: it releases at once)
-          if (prev_last) mbar_arrive(emptyA + 8 * prev_a);
-        }
-        prev_s = s;
-        prev_a = a;
-        prev_last = jx == t.ntap_x - 1;
-      }
-    }
-  }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  sync_threads_n<Tr::kConsumers>();  // both consumers done reading the rings
-  if constexpr (Tr::kF16x3) {
-    // Undo the weight columns' scales (launch_split_f16): column n of the tile times
-    // 2^-w16_scale[g * Nc + n].
-    const int* wsc = prm.w16_scale + t.g * prm.Nc;
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t n = t.n0 + j * 8 + 2 * (lane & 3) + e;
-        const float f = n < Nc ? exp2i(-__ldg(wsc + n)) : 0.f;
-#pragma unroll
-        for (int h = 0; h < HV; ++h) {
-          acc[h][j][e] *= f;
-          acc[h][j][e + 2] *= f;
-        }
-      }
-  }
-  float* sC = reinterpret_cast<float*>(smem);
-  const int wq = warp & 3;
-#pragma unroll
-  for (int h = 0; h < HV; ++h)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-      put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, cw * CR + h * 64 + wq * 16 + (lane >> 2),
-                                              j * 8 + 2 * (lane & 3), acc[h][j]);
-  store_c_tile<TS, BM, BN, Tr::LDC_M, Tr::LDC_N, Tr::kConsumers, kChanOut, true>(
-      prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
+// The current device's SM count (persistent grids), queried per call.
+int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 132;
+  return n;
 }
 
 // Largest virtual GEMM height over the phases (grid sizing) and the largest
@@ -581,6 +718,16 @@ cudaError_t launch_halo(const TmaArgs<kTma>& args, int64_t max_mv, cudaStream_t 
   const int64_t mt = (max_mv + Tr::BM - 1) / Tr::BM;
   const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
   const int64_t blocks = mt * nt * prm.phases_y * prm.phases_x * prm.p.groups;
+  if constexpr (Tr::kPersist) {
+    TmaArgs<kTma> pa = args;
+    pa.prm.tiles = blocks;
+    // CONVT2D_F16X3_PERSIST=0: a block per tile (A/B timing).
+    const char* e = std::getenv("CONVT2D_F16X3_PERSIST");
+    const int64_t grid = e && e[0] == '0' ? blocks : std::min<int64_t>(blocks, sm_count());
+    return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
+      return launch_tile_grid<Tr>(tc_halo_kernel<Tr, kChan, kTma>, grid, pa, st);
+    });
+  }
   return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
     return launch_tile_grid<Tr>(tc_halo_kernel<Tr, kChan, kTma>, blocks, args, st);
   });
@@ -612,7 +759,8 @@ cudaError_t run_halo_split(const IgemmParams& prm, int64_t max_mv, cudaStream_t 
 }
 
 // 3xFP16: 128 x 128 tiles as 3xTF32's (a fresh partial accumulator beside the total), each
-// item 64 channels; then the 3xTF32 kernel, which exits at once unless an operand was out
+// item 64 channels, persistent (CONVT2D_F16X3_PERSIST=0: a block per tile, for A/B timing);
+// then the 3xTF32 kernel, which exits at once unless an operand was out
 // of the 3xFP16 range (f16_flag) and otherwise recomputes the whole product.
 cudaError_t run_halo_f16x3(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
   const cudaError_t e = run_halo<HaloTraits<__half, 128, 128, 4, true>>(prm, max_mv, st);

@@ -328,7 +328,7 @@ def test_halo_kernel_forced_ieee(cfg, layout, monkeypatch):
 def _split_halo(name):
     """The 3xTF32 halo kernel: HaloTraits<float, BM, BN, SB, true>, mangled or demangled."""
     return "tc_halo_kernel" in name and bool(re.search(
-        r"HaloTraitsIfLi\d+ELi\d+ELi\d+ELb1E|HaloTraits<float, \d+, \d+, \d+, true>", name))
+        r"HaloTraitsIfLi\d+ELi\d+ELi\d+ELb1E|HaloTraits<float, \d+, \d+, \d+, true(, false)?>", name))
 
 
 @pytest.mark.parametrize("cout", [64, 128], ids=lambda c: f"cout{c}")
@@ -382,9 +382,11 @@ _F16X3_CFGS = [c for c in _HALO_IEEE_CFGS
 
 
 def _f16x3_halo(name):
-    """The 3xFP16 halo kernel: HaloTraits<__half, BM, BN, SB, true>, mangled or demangled."""
+    """The 3xFP16 halo kernel: HaloTraits<__half, BM, BN, SB, true[, persistent]>, mangled or
+    demangled."""
     return "tc_halo_kernel" in name and bool(re.search(
-        r"HaloTraitsI6__halfLi\d+ELi\d+ELi\d+ELb1E|HaloTraits<__half, \d+, \d+, \d+, true>",
+        r"HaloTraitsI6__halfLi\d+ELi\d+ELi\d+ELb1E|"
+        r"HaloTraits<__half, \d+, \d+, \d+, true(, (true|false))?>",
         name))
 
 
@@ -429,11 +431,16 @@ _F16X3_BIG = [
 ]
 
 
+@pytest.mark.parametrize("persist", [None, "0", "1"], ids=["auto", "blocks", "persistent"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _F16X3_BIG, ids=lambda c: c.id())
-def test_f16x3_persistent_many_tiles(cfg, layout):
+def test_f16x3_persistent_many_tiles(cfg, layout, persist, monkeypatch):
     """Images 10^-3..10^4 apart in magnitude, so the item scales change from tile to tile of
-    one block; each image within fp32 accuracy of the float64 reference, output poisoned."""
+    one block; each image within fp32 accuracy of the float64 reference, output poisoned.
+    CONVT2D_F16X3_PERSIST forces a block per tile (0) or the persistent kernel (1); these
+    shapes take the persistent one by default."""
+    if persist is not None:
+        monkeypatch.setenv("CONVT2D_F16X3_PERSIST", persist)
     x, w, b = cfg.make(torch.float32, "cpu")
     x = x * torch.logspace(-3, 4, cfg.N).view(-1, 1, 1, 1).float()
     ref = F.conv_transpose2d(x.double(), w.double(), None if b is None else b.double(),

@@ -40,7 +40,7 @@
 //
 // 3xFP16 (kF16x3, perf-notes v15-v16): the same three products on fp16 halves scaled by
 // powers of two (a scale per item and per weight column). Its kernel is persistent
-// (kPersist): min(tiles, SMs) blocks take tiles in turn (tile = block + k * grid), the ring
+// where it has few tiles per SM (kPersist): min(tiles, SMs) blocks take tiles in turn (tile = block + k * grid), the ring
 // positions run on across tiles, and the consumers write C from the accumulators (through
 // a small per-warp transpose) while the loader already fills the next tile.
 #include "cuda/igemm_tile.cuh"
@@ -61,15 +61,16 @@ namespace {
 constexpr int kHaloMaxReach = 16;  // largest xt the halo slots hold
 
 #if defined(CONVT2D_WGMMA)
-template <typename T, int BM_, int BN_, int SB_, bool kSplit_ = false>
+template <typename T, int BM_, int BN_, int SB_, bool kSplit_ = false, bool kPersist_ = false>
 struct HaloTraits {
   using Tp = T;  // the tiles' element type
   static constexpr bool kSplit = kSplit_;  // 3xTF32 / 3xFP16: both halves of each tile staged
   // 3xFP16 (kSplit with T = __half): fp32 source and output, fp16 halves, a scale per item.
   static constexpr bool kF16x3 = kSplit_ && sizeof(T) == 2;
-  // 3xFP16 is persistent: one block per SM takes tiles in turn, its loader filling the next
-  // tile while the consumers store the last one (C straight from the accumulators).
-  static constexpr bool kPersist = kF16x3;
+  // Persistent (3xFP16 only): one block per SM takes tiles in turn, its loader filling the
+  // next tile while the consumers store the last one (C straight from the accumulators).
+  static constexpr bool kPersist = kPersist_;
+  static_assert(!kPersist || kF16x3, "persistent: 3xFP16 only");
   using Src = std::conditional_t<kSplit_, float, T>;  // source and output element type
   static constexpr int BM = BM_, BN = BN_, SB = SB_, BKB = 128, CH = 8, KS = 4;
   static constexpr int CR = BM / 2, HALVES = CR / 64;  // rows and m64 blocks per consumer
@@ -721,11 +722,9 @@ cudaError_t launch_halo(const TmaArgs<kTma>& args, int64_t max_mv, cudaStream_t 
   if constexpr (Tr::kPersist) {
     TmaArgs<kTma> pa = args;
     pa.prm.tiles = blocks;
-    // CONVT2D_F16X3_PERSIST=0: a block per tile (A/B timing).
-    const char* e = std::getenv("CONVT2D_F16X3_PERSIST");
-    const int64_t grid = e && e[0] == '0' ? blocks : std::min<int64_t>(blocks, sm_count());
     return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
-      return launch_tile_grid<Tr>(tc_halo_kernel<Tr, kChan, kTma>, grid, pa, st);
+      return launch_tile_grid<Tr>(tc_halo_kernel<Tr, kChan, kTma>,
+                                  std::min<int64_t>(blocks, sm_count()), pa, st);
     });
   }
   return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
@@ -759,11 +758,20 @@ cudaError_t run_halo_split(const IgemmParams& prm, int64_t max_mv, cudaStream_t 
 }
 
 // 3xFP16: 128 x 128 tiles as 3xTF32's (a fresh partial accumulator beside the total), each
-// item 64 channels, persistent (CONVT2D_F16X3_PERSIST=0: a block per tile, for A/B timing);
-// then the 3xTF32 kernel, which exits at once unless an operand was out
+// item 64 channels (persistent where it has few tiles per SM); then the 3xTF32 kernel, which exits at once unless an operand was out
 // of the 3xFP16 range (f16_flag) and otherwise recomputes the whole product.
 cudaError_t run_halo_f16x3(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
-  const cudaError_t e = run_halo<HaloTraits<__half, 128, 128, 4, true>>(prm, max_mv, st);
+  // Persistent where a block would take few tiles: measured (perf-notes v16b) unet 16 tiles
+  // per SM 0.51 -> 0.46 ms, dcgan and vae 8 per SM 2-6% faster, seedA 130 per SM 4% slower.
+  // CONVT2D_F16X3_PERSIST=0 / 1 forces it off / on (A/B timing).
+  const int64_t tiles = (max_mv + 127) / 128 * ((prm.Nc + 127) / 128) * prm.phases_y *
+                        prm.phases_x * prm.p.groups;
+  const char* ev = std::getenv("CONVT2D_F16X3_PERSIST");
+  const bool persist = ev && (ev[0] == '0' || ev[0] == '1') ? ev[0] == '1'
+                                                             : tiles <= 32 * int64_t(sm_count());
+  const cudaError_t e =
+      persist ? run_halo<HaloTraits<__half, 128, 128, 4, true, true>>(prm, max_mv, st)
+              : run_halo<HaloTraits<__half, 128, 128, 4, true>>(prm, max_mv, st);
   if (e != cudaSuccess) return e;
   IgemmParams fb = prm;
   fb.run_if = prm.f16_flag;

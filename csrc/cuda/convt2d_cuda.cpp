@@ -220,6 +220,7 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
   }
   prm.max_m = p.N * mq_y * mq_x;
   prm.ws = ws;
+  cuda::fill_phase_geo(prm);
 
   const bool want_v2 = sm80 && dt != DType::kDouble &&
                        std::strcmp(kernel_override(), "v1") != 0;

@@ -3,11 +3,33 @@
 #include "cuda/kernels.h"
 #include "cuda/mma_core.cuh"
 #include "common/static_switch.h"
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 
 namespace convt2d {
 namespace cuda {
+
+void fill_phase_geo(IgemmParams& prm) {
+  const Problem& p = prm.p;
+  prm.geo_ok = 0;
+  const char* e = std::getenv("CONVT2D_GEO");  // CONVT2D_GEO=0: no table (A/B timing)
+  if (e && e[0] == '0') return;
+  if (prm.phases_y > IgemmParams::kGeoTab || prm.phases_x > IgemmParams::kGeoTab) return;
+  auto put = [](IgemmParams::PhaseGeo& q, const Geo& g) {
+    const int64_t v[9] = {g.om, g.oa, g.im, g.ia, g.it, g.nq, g.k0, g.ks, g.ntap};
+    for (int64_t x : v)
+      if (x < INT32_MIN || x > INT32_MAX) return false;
+    q = {int32_t(g.om), int32_t(g.oa), int32_t(g.im), int32_t(g.ia), int32_t(g.it),
+         int32_t(g.nq), int32_t(g.k0), int32_t(g.ks), int32_t(g.ntap)};
+    return true;
+  };
+  for (int64_t r = 0; r < prm.phases_y; ++r)
+    if (!put(prm.geo_y[r], make_geo(prm.mode, r, p.sh, p.ph, p.dh, p.kh, prm.Hd))) return;
+  for (int64_t r = 0; r < prm.phases_x; ++r)
+    if (!put(prm.geo_x[r], make_geo(prm.mode, r, p.sw, p.pw, p.dw, p.kw, prm.Wd))) return;
+  prm.geo_ok = 1;
+}
 
 // kVecB: B rows are loaded as 16-byte vectors (needs Nc % (16/sizeof(T)) == 0).
 template <class Tr, bool kVecB, int kMinBlocks>

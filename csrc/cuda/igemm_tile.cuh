@@ -68,25 +68,28 @@ template <int BM, int BN>
 __device__ __forceinline__ TileGeo tile_geo(const IgemmParams& prm, int64_t bid) {
   const Problem& p = prm.p;
   TileGeo t;
-  const int64_t n_tiles = (prm.Nc + BN - 1) / BN;
-  const int64_t Z = prm.phases_y * prm.phases_x * p.groups;
-  const int64_t ntile = bid % n_tiles;
-  bid /= n_tiles;
-  const int64_t z = bid % Z;
-  const int64_t mtile = bid / Z;
-  const int64_t phase = z / p.groups;
-  t.g = z % p.groups;
-  t.ry = phase / prm.phases_x;
-  t.rx = phase % prm.phases_x;
-  const Geo gy = make_geo(prm.mode, t.ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
-  const Geo gx = make_geo(prm.mode, t.rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+  // 32-bit decode: the tile index is below the grid limit 2^31, the counts are small.
+  const uint32_t n_tiles = uint32_t((prm.Nc + BN - 1) / BN);
+  const uint32_t Z = uint32_t(prm.phases_y * prm.phases_x * p.groups);
+  const uint32_t G = uint32_t(p.groups), PX = uint32_t(prm.phases_x);
+  uint32_t b = uint32_t(bid);
+  const uint32_t ntile = b % n_tiles;
+  b /= n_tiles;
+  const uint32_t z = b % Z;
+  const uint32_t mtile = b / Z;
+  const uint32_t phase = z / G;
+  t.g = z % G;
+  t.ry = phase / PX;
+  t.rx = phase % PX;
+  const Geo gy = phase_geo(prm, true, t.ry);
+  const Geo gx = phase_geo(prm, false, t.rx);
   t.pix = gy.nq * gx.nq; t.nqx = gx.nq;
   t.it_y = int(gy.it); t.it_x = int(gx.it); t.k0y = int(gy.k0); t.k0x = int(gx.k0);
   t.ksy = int(gy.ks); t.ksx = int(gx.ks); t.ntap_y = int(gy.ntap); t.ntap_x = int(gx.ntap);
   t.im_y = int(gy.im); t.im_x = int(gx.im); t.ia_y = int(gy.ia); t.ia_x = int(gx.ia);
   t.M = p.N * t.pix;
-  t.m0 = mtile * BM;
-  t.n0 = ntile * BN;
+  t.m0 = int64_t(mtile) * BM;
+  t.n0 = int64_t(ntile) * BN;
   return t;
 }
 
@@ -103,8 +106,8 @@ __device__ __forceinline__ int64_t a_row_source(const IgemmParams& prm, const Ti
   iy = -(1 << 30);
   ix = 0;
   if (mg >= t.M) return 0;
-  const int64_t n = mg / t.pix, rem = mg - n * t.pix;
-  const int64_t qy = rem / t.nqx, qx = rem - qy * t.nqx;
+  const int64_t n = udiv_fast(mg, t.pix), rem = mg - n * t.pix;
+  const int64_t qy = udiv_fast(rem, t.nqx), qx = rem - qy * t.nqx;
   iy = int(qy) * t.im_y + t.ia_y;
   ix = int(qx) * t.im_x + t.ia_x;
   return n * prm.src.sn + t.g * prm.Kc + coff + int64_t(iy) * prm.src.sh +
@@ -147,18 +150,17 @@ template <typename T, int BM, int BN, int LDC_M, int LDC_N, int NT, bool kChanOu
 __device__ __forceinline__ void store_c_tile(const IgemmParams& prm, const float* sC,
                                              int64_t* sRow, int tid, const TileGeo& t) {
   constexpr int E = 16 / int(sizeof(T));
-  const Problem& p = prm.p;
   const int64_t m0 = t.m0, n0 = t.n0, g = t.g, pix = t.pix, M = t.M;
-  const Geo gy = make_geo(prm.mode, t.ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
-  const Geo gx = make_geo(prm.mode, t.rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+  const Geo gy = phase_geo(prm, true, t.ry);
+  const Geo gx = phase_geo(prm, false, t.rx);
   const int64_t gx_om = gx.om;
   const int64_t wv = kVirt ? t.wv : gx.nq, pixv = kVirt ? gy.nq * t.wv : pix;
   for (int r = tid; r < BM; r += NT) {
     const int64_t mg = m0 + r;
     int64_t off = -1;
     if (mg < M) {
-      const int64_t n = mg / pixv, rem = mg - n * pixv;
-      const int64_t qy = rem / wv, qx = rem - qy * wv;
+      const int64_t n = udiv_fast(mg, pixv), rem = mg - n * pixv;
+      const int64_t qy = udiv_fast(rem, wv), qx = rem - qy * wv;
       if (!kVirt || qx < gx.nq)
         off = n * prm.dst.sn + (qy * gy.om + gy.oa) * prm.dst.sh +
               (qx * gx.om + gx.oa) * prm.dst.sw + g * prm.Nc * prm.dst.sc;

@@ -62,7 +62,20 @@ struct IgemmParams {
   // Persistent kernels (the 3xFP16 halo kernel): the number of tiles, which the blocks
   // take in turn (tile = block index + k * grid size).
   int64_t tiles = 0;
+  // Each dimension's phase geometry (make_geo of phase r, mma_core.cuh), filled on the host
+  // by fill_phase_geo: a tile reads it (phase_geo) instead of recomputing it, which cost
+  // two dozen divisions at every tile start (perf-notes v17). geo_ok = 0: not filled (more
+  // than kGeoTab phases, or a value past int32), the device computes it.
+  struct PhaseGeo {
+    int32_t om, oa, im, ia, it, nq, k0, ks, ntap;
+  };
+  static constexpr int kGeoTab = 8;
+  PhaseGeo geo_y[kGeoTab] = {}, geo_x[kGeoTab] = {};
+  int geo_ok = 0;
 };
+
+// Fills prm.geo_y / geo_x / geo_ok from prm.p, mode, phases and Hd / Wd (igemm.cu).
+void fill_phase_geo(IgemmParams& prm);
 
 // grad_weight[ci, co, ky, kx] = sum over (n, iy, ix) of x * grad_out(gathered):
 // per tap a GEMM with M = Cin/groups, N = Cout/groups, K = N*H*W, split-K over

@@ -198,5 +198,28 @@ __host__ __device__ __forceinline__ Geo make_geo(IgemmMode mode, int64_t r, int6
   return g;
 }
 
+// Phase r's geometry along y (y) or x: from the host's table when it has one (fill_phase_geo),
+// else computed. The table entry is picked with constant offsets (a by-value kernel
+// parameter indexed at run time could be copied to local memory).
+__device__ __forceinline__ Geo phase_geo(const IgemmParams& prm, bool y, int64_t r) {
+  const Problem& p = prm.p;
+  if (!prm.geo_ok || r >= IgemmParams::kGeoTab)
+    return y ? make_geo(prm.mode, r, p.sh, p.ph, p.dh, p.kh, prm.Hd)
+             : make_geo(prm.mode, r, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+  IgemmParams::PhaseGeo q = y ? prm.geo_y[0] : prm.geo_x[0];
+#pragma unroll
+  for (int i = 1; i < IgemmParams::kGeoTab; ++i)
+    if (r == i) q = y ? prm.geo_y[i] : prm.geo_x[i];
+  Geo g;
+  g.om = q.om; g.oa = q.oa; g.im = q.im; g.ia = q.ia; g.it = q.it;
+  g.nq = q.nq; g.k0 = q.k0; g.ks = q.ks; g.ntap = q.ntap;
+  return g;
+}
+
+// a / b and a % b for 0 <= a, 0 < b: 32-bit when both fit (the per-row pixel decode).
+__device__ __forceinline__ int64_t udiv_fast(int64_t a, int64_t b) {
+  return ((uint64_t(a) | uint64_t(b)) >> 32) == 0 ? int64_t(uint32_t(a) / uint32_t(b)) : a / b;
+}
+
 }  // namespace cuda
 }  // namespace convt2d

@@ -50,6 +50,7 @@
 #include "cuda/wgmma.cuh"
 #include "common/static_switch.h"
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
@@ -243,7 +244,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
     if (t.pix == 0) continue;
     const int adx = t.it_x < 0 ? -t.it_x : t.it_x;
     const int xt = t.ntap_x > 0 ? (t.ntap_x - 1) * adx : 0;
-    const int64_t nqy = t.pix / t.nqx;
+    const int64_t nqy = udiv_fast(t.pix, t.nqx);
     t.wv = t.nqx + xt;
     t.M = p.N * nqy * t.wv;
     if (t.m0 >= t.M) continue;
@@ -262,8 +263,8 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
         const int lo_y = int(tap_lo(t.ia_y, t.it_y, t.ntap_y));
         const int lo_x = int(tap_lo(t.ia_x, t.it_x, t.ntap_x));
         const int64_t pixv = nqy * t.wv;
-        const int64_t n = t.m0 / pixv, rem = t.m0 - n * pixv;
-        const int64_t qy = rem / t.wv, u = rem - qy * t.wv;
+        const int64_t n = udiv_fast(t.m0, pixv), rem = t.m0 - n * pixv;
+        const int64_t qy = udiv_fast(rem, t.wv), u = rem - qy * t.wv;
         const int bx = int(u) + lo_x, by = int(qy) * t.im_y + lo_y;
         const int c_base = int(t.g * prm.Kc);
         const int b_row = int((t.g * p.kh * p.kw) * prm.Nc + t.n0);
@@ -308,8 +309,8 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
 #pragma unroll
       for (int i = 0; i < AR; ++i) {
         const int64_t v = t.m0 + rb + 64 * i;
-        const int64_t n = v / pixv, rem = v - n * pixv;
-        const int64_t qy = rem / t.wv, u = rem - qy * t.wv;
+        const int64_t n = udiv_fast(v, pixv), rem = v - n * pixv;
+        const int64_t qy = udiv_fast(rem, t.wv), u = rem - qy * t.wv;
         const int64_t col = u + t.ia_x + omin;
         a_ok[i] = v < t.M && col >= 0 && col < prm.Ws;
         a_y[i] = int(qy) * t.im_y + t.ia_y;
@@ -540,15 +541,15 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
       // them: element (j, q) of a thread (row wq * 16 + lane / 4 + 8 (q / 2), column
       // j * 8 + 2 (lane % 4) + q % 2) times its weight column's 2^-w16_scale, plus bias.
       static_assert(HV == 1 && std::is_same<TS, float>::value, "persistent: 3xFP16 only");
-      const Geo gy = make_geo(prm.mode, t.ry, p.sh, p.ph, p.dh, p.kh, prm.Hd);
-      const Geo gx = make_geo(prm.mode, t.rx, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+      const Geo gy = phase_geo(prm, true, t.ry);
+      const Geo gx = phase_geo(prm, false, t.rx);
       const int64_t pixv = nqy * t.wv;
       const int wrow = cw * CR + (warp & 3) * 16;  // the warp's 16 rows
       auto row_off = [&](int r) -> int64_t {  // destination of tile row r, -1 if dropped
         const int64_t mg = t.m0 + r;
         if (mg >= t.M) return -1;
-        const int64_t n = mg / pixv, rem = mg - n * pixv;
-        const int64_t qy = rem / t.wv, qx = rem - qy * t.wv;
+        const int64_t n = udiv_fast(mg, pixv), rem = mg - n * pixv;
+        const int64_t qy = udiv_fast(rem, t.wv), qx = rem - qy * t.wv;
         if (qx >= gx.nq) return -1;
         return n * prm.dst.sn + (qy * gy.om + gy.oa) * prm.dst.sh + (qx * gx.om + gx.oa) * prm.dst.sw +
                t.g * prm.Nc * prm.dst.sc;
@@ -643,17 +644,28 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
       }
       continue;
     }
-    sync_threads_n<Tr::kConsumers>();  // both consumers done reading the rings
+    // 3xFP16: the weight columns' scales (launch_split_f16), loaded before the barrier so
+    // that their latency overlaps the wait for the other consumer.
+    int wsf[Tr::kF16x3 ? NI : 1][2];
     if constexpr (Tr::kF16x3) {
-      // Undo the weight columns' scales (launch_split_f16): column n of the tile times
-      // 2^-w16_scale[g * Nc + n].
       const int* wsc = prm.w16_scale + t.g * prm.Nc;
 #pragma unroll
       for (int j = 0; j < NI; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int64_t n = t.n0 + j * 8 + 2 * (lane & 3) + e;
-          const float f = n < Nc ? exp2i(-__ldg(wsc + n)) : 0.f;
+          wsf[j][e] = n < Nc ? __ldg(wsc + n) : INT_MIN;
+        }
+    }
+    sync_threads_n<Tr::kConsumers>();  // both consumers done reading the rings
+    if constexpr (Tr::kF16x3) {
+      // Undo the weight columns' scales: column n of the tile times 2^-w16_scale[g * Nc + n]
+      // (0 past Nc).
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float f = wsf[j][e] == INT_MIN ? 0.f : exp2i(-wsf[j][e]);
 #pragma unroll
           for (int h = 0; h < HV; ++h) {
             acc[h][j][e] *= f;
@@ -720,6 +732,7 @@ cudaError_t launch_halo(const TmaArgs<kTma>& args, int64_t max_mv, cudaStream_t 
   const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
   const int64_t blocks = mt * nt * prm.phases_y * prm.phases_x * prm.p.groups;
   if constexpr (Tr::kPersist) {
+    if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;  // tile_geo's 32-bit index
     TmaArgs<kTma> pa = args;
     pa.prm.tiles = blocks;
     return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {

@@ -342,8 +342,8 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ T
       tma_prefetch_map(bmap);
       const int lo_y = int(tap_lo(t.ia_y, t.it_y, t.ntap_y));
       const int lo_x = int(tap_lo(t.ia_x, t.it_x, t.ntap_x));
-      const int64_t n = t.m0 / t.pix, rem = t.m0 - n * t.pix;
-      const int64_t qy = rem / t.nqx, qx = rem - qy * t.nqx;
+      const int64_t n = udiv_fast(t.m0, t.pix), rem = t.m0 - n * t.pix;
+      const int64_t qy = udiv_fast(rem, t.nqx), qx = rem - qy * t.nqx;
       const int bx = int(qx) * t.im_x + lo_x, by = int(qy) * t.im_y + lo_y;
       const int c_base = int(t.g * prm.Kc);
       const int b_row = int((t.g * p.kh * p.kw) * prm.Nc + t.n0);

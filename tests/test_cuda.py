@@ -398,11 +398,15 @@ def _f16x3_ran(fn):
     return any(_f16x3_halo(n) for n in names)
 
 
+@pytest.mark.parametrize("wtma", [None, "0"], ids=["wtma", "wcpasync"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _F16X3_CFGS, ids=lambda c: c.id())
-def test_f16x3_kernel(cfg, layout):
+def test_f16x3_kernel(cfg, layout, wtma, monkeypatch):
     """fp32 with TF32 off: the default forward runs 3xFP16 on these shapes (asserted), within
-    the fp32 tolerance; CONVT2D_F16X3=0 gives 3xTF32 alone."""
+    the fp32 tolerance; CONVT2D_F16X3=0 gives 3xTF32 alone. CONVT2D_F16X3_TMA=0 copies the
+    weights with cp.async instead of TMA."""
+    if wtma is not None:
+        monkeypatch.setenv("CONVT2D_F16X3_TMA", wtma)
     x, w, b = cfg.make(torch.float32, "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -431,16 +435,19 @@ _F16X3_BIG = [
 ]
 
 
+@pytest.mark.parametrize("wtma", [None, "0"], ids=["wtma", "wcpasync"])
 @pytest.mark.parametrize("persist", [None, "0", "1"], ids=["auto", "blocks", "persistent"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _F16X3_BIG, ids=lambda c: c.id())
-def test_f16x3_persistent_many_tiles(cfg, layout, persist, monkeypatch):
+def test_f16x3_persistent_many_tiles(cfg, layout, persist, wtma, monkeypatch):
     """Images 10^-3..10^4 apart in magnitude, so the item scales change from tile to tile of
     one block; each image within fp32 accuracy of the float64 reference, output poisoned.
     CONVT2D_F16X3_PERSIST forces a block per tile (0) or the persistent kernel (1); these
     shapes take the persistent one by default."""
     if persist is not None:
         monkeypatch.setenv("CONVT2D_F16X3_PERSIST", persist)
+    if wtma is not None:
+        monkeypatch.setenv("CONVT2D_F16X3_TMA", wtma)
     x, w, b = cfg.make(torch.float32, "cpu")
     x = x * torch.logspace(-3, 4, cfg.N).view(-1, 1, 1, 1).float()
     ref = F.conv_transpose2d(x.double(), w.double(), None if b is None else b.double(),

@@ -203,7 +203,10 @@ __device__ __forceinline__ void load_halo_f32(float4 (&v)[AR][4][NV], const floa
 // the weight box (tma_maps.cuh).
 template <class Tr, bool kChanOut, bool kTma>
 __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__ TmaArgs<kTma> args) {
-  static_assert(!(kTma && Tr::kSplit), "3xTF32 / 3xFP16 stage their halves through registers");
+  // 3xTF32 / 3xFP16 stage the activation halves through registers; 3xFP16 may take its
+  // weights through TMA (kTma: the loader's thread 0 issues them).
+  static_assert(!(kTma && Tr::kSplit && !Tr::kF16x3), "3xTF32: no TMA");
+  constexpr bool kTmaA = kTma && !Tr::kSplit;  // the halo through TMA too
   using T = typename Tr::Tp;
   using TS = typename Tr::Src;
   const IgemmParams& prm = args.prm;
@@ -227,7 +230,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
       mbar_init(emptyB + 8 * s, Tr::kConsumers);
     }
     for (int s = 0; s < 2; ++s) {
-      mbar_init(fullA + 8 * s, kTma ? 1 : 128);
+      mbar_init(fullA + 8 * s, kTmaA ? 1 : 128);
       mbar_init(emptyA + 8 * s, Tr::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -253,7 +256,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
     // A phase with no tap columns has no K loop (its halos would never be released).
     const int tap_rows = t.ntap_x > 0 ? t.ntap_y : 0;
 
-    if constexpr (kTma) {
+    if constexpr (kTmaA) {
       if (wg == 0) {
         if (tid != 0 || tap_rows == 0) return;
         const CUtensorMap* amap = &args.tma.a[t.ry * prm.phases_x + t.rx];
@@ -325,6 +328,16 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
 #pragma unroll
       for (int i = 0; i < BR; ++i) b_ok[i] = t.n0 + rb + 64 * i < Nc;
       const uint32_t uHs = uint32_t(prm.Hs);
+      // 3xFP16 with TMA weights (kTma): the next item's halo is loaded into v as soon as
+      // this one is stored, so its latency overlaps the weight copies of this item.
+      // (Not in the persistent kernel: there it spilled 700+ bytes.)
+      constexpr bool kPrefetch = kTma && !Tr::kPersist;
+      const int b_row = int((t.g * p.kh * p.kw) * prm.Nc + t.n0);
+      float4 v[Tr::kF16x3 ? AR : 1][4][2];
+      if constexpr (Tr::kF16x3 && kPrefetch)
+        if (tap_rows > 0)
+          load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, 0, uHs, prm.src.sh, 0,
+                                  sub * E, Kc);
       for (int jy = 0; jy < tap_rows; ++jy) {
         const int dy = jy * t.it_y;
         const int64_t brow = int64_t(t.k0y + jy * t.ksy) * p.kw + t.k0x;
@@ -337,9 +350,9 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
             // goes to the consumers in the slot's flag words. An operand out of range sets
             // f16_flag: the 3xTF32 kernel launched next then reruns the product.
             const int a = ia & 1;
-            float4 v[AR][4][2];
-            load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, dy, uHs, prm.src.sh,
-                                    ct * BK, c0, Kc);
+            if constexpr (!kPrefetch)
+              load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, dy, uHs, prm.src.sh,
+                                      ct * BK, c0, Kc);
             uint32_t m = 0;
 #pragma unroll
             for (int i = 0; i < AR; ++i)
@@ -391,6 +404,13 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             mbar_arrive(fullA + 8 * a);
             ++ia;
+            if constexpr (kPrefetch) {
+              const int nct = ct + 1 < kc_tiles ? ct + 1 : 0;
+              const int njy = ct + 1 < kc_tiles ? jy : jy + 1;
+              if (njy < tap_rows)
+                load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, njy * t.it_y, uHs,
+                                        prm.src.sh, nct * BK, nct * BK + sub * E, Kc);
+            }
           } else if constexpr (Tr::kSplit) {
             // 3xTF32: the halo through registers (loads issued before the slot is
             // free), written as big and small halves; the warp's flag says whether
@@ -451,6 +471,18 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
           }
           for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
             const int s = ib % SB;
+            if constexpr (kTma) {
+              // 3xFP16: thread 0 copies both weight halves of the stage.
+              if (tid == 0) {
+                if (ib >= SB) mbar_wait(emptyB + 8 * s, uint32_t((ib / SB - 1) & 1));
+                const uint32_t sb = sbase + s * Tr::kBStage;
+                const int y = b_row + int(brow + jx * t.ksx) * int(prm.Nc);
+                mbar_arrive_expect_tx(fullB + 8 * s, uint32_t(2 * Tr::kBBytes));
+                tma_load_2d(sb, &args.tma.b, fullB + 8 * s, ct * BK, y);
+                tma_load_2d(sb + Tr::kBBytes, &args.tma.b_lo, fullB + 8 * s, ct * BK, y);
+              }
+              continue;
+            }
             if (ib >= SB) mbar_wait(emptyB + 8 * s, uint32_t((ib / SB - 1) & 1));
             const uint32_t sb = sbase + s * Tr::kBStage;
             const int64_t btap = (brow + int64_t(jx) * t.ksx) * tap_stride;
@@ -748,6 +780,16 @@ cudaError_t launch_halo(const TmaArgs<kTma>& args, int64_t max_mv, cudaStream_t 
 // The TMA loader where it applies (not 3xTF32), unless CONVT2D_HALO_TMA=0 (A/B timing).
 template <class Tr>
 cudaError_t run_halo(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
+  if constexpr (Tr::kF16x3) {
+    // 3xFP16: the weights through TMA where the maps can be made, unless
+    // CONVT2D_F16X3_TMA=0 (A/B timing).
+    const char* e = std::getenv("CONVT2D_F16X3_TMA");
+    if (!(e && e[0] == '0')) {
+      TmaArgs<true> a{};
+      a.prm = prm;
+      if (make_f16x3_wmaps(prm, Tr::BK, Tr::BN, a.tma)) return launch_halo<Tr, true>(a, max_mv, st);
+    }
+  }
   if constexpr (!Tr::kSplit) {
     const char* e = std::getenv("CONVT2D_HALO_TMA");
     if (!(e && e[0] == '0')) {

@@ -31,7 +31,8 @@ namespace {
 
 constexpr int kTmaMaxPhases = 16;
 struct TmaMaps {
-  CUtensorMap b;                 // wpk as [G*kh*kw*Nc rows][Kc]
+  CUtensorMap b;                 // wpk as [G*kh*kw*Nc rows][Kc] (3xFP16: w16_hi)
+  CUtensorMap b_lo;              // 3xFP16 only: w16_lo, as b
   CUtensorMap a[kTmaMaxPhases];  // src (C, W, H, N), per phase ry * phases_x + rx
 };
 // A kernel's parameter block: the problem, and with kTma the maps.
@@ -146,6 +147,35 @@ bool make_tma_maps(const IgemmParams& prm, int BK, int BN, int BM, bool halo, Tm
                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return false;
     }
+  return true;
+}
+
+// 3xFP16 (tc_halo.cu): only the weights through TMA, the big and small fp16 halves
+// (w16_hi / w16_lo, laid out as wpk) as [G*kh*kw*Nc rows][Kc] maps of BK x BN boxes in the
+// 128-byte swizzle. A box's rows past Nc are the next tap's (their columns are dropped),
+// its channels past Kc zeros (TMA fills outside the tensor). False where the encoder or
+// the alignment does not allow it (the kernel then copies the weights with cp.async).
+inline bool make_f16x3_wmaps(const IgemmParams& prm, int BK, int BN, TmaMaps& m) {
+  const Problem& p = prm.p;
+  if ((prm.Kc * 2) % 16 != 0) return false;
+  const auto al16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
+  if (!al16(prm.w16_hi) || !al16(prm.w16_lo)) return false;
+  const int64_t rows = p.groups * p.kh * p.kw * prm.Nc;
+  if (rows >= (int64_t(1) << 31)) return false;
+  static const EncodeTiledFn enc_tiled = driver_fn<EncodeTiledFn>("cuTensorMapEncodeTiled");
+  if (!enc_tiled) return false;
+  const cuuint64_t dim[2] = {cuuint64_t(prm.Kc), cuuint64_t(rows)};
+  const cuuint64_t stride[1] = {cuuint64_t(prm.Kc * 2)};
+  const cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(BN)};
+  const cuuint32_t estr[2] = {1, 1};
+  CUtensorMap* maps[2] = {&m.b, &m.b_lo};
+  const void* src[2] = {prm.w16_hi, prm.w16_lo};
+  for (int i = 0; i < 2; ++i)
+    if (enc_tiled(maps[i], CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(src[i]), dim,
+                  stride, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
   return true;
 }
 

@@ -59,8 +59,8 @@ struct IgemmParams {
   int* f16_flag = nullptr;
   // When set, the kernel exits at once unless *run_if != 0 (the 3xTF32 fallback).
   const int* run_if = nullptr;
-  // Persistent kernels (the 3xFP16 halo kernel): the number of tiles, which the blocks
-  // take in turn (tile = block index + k * grid size).
+  // Kernels whose blocks take several tiles (the persistent 3xFP16 and looped 3xTF32 halo
+  // kernels): the number of tiles, taken in turn (tile = block index + k * grid size).
   int64_t tiles = 0;
   // Each dimension's phase geometry (make_geo of phase r, mma_core.cuh), filled on the host
   // by fill_phase_geo: a tile reads it (phase_geo) instead of recomputing it, which cost

@@ -38,11 +38,13 @@
 // prm.wflag), big*big and the cross terms are summed apart and the cross terms
 // dropped where big*big is not finite (as SplitMma does: inf*small is NaN).
 //
-// 3xFP16 (kF16x3, perf-notes v15-v16): the same three products on fp16 halves scaled by
-// powers of two (a scale per item and per weight column). Its kernel is persistent
-// where it has few tiles per SM (kPersist): min(tiles, SMs) blocks take tiles in turn (tile = block + k * grid), the ring
-// positions run on across tiles, and the consumers write C from the accumulators (through
-// a small per-warp transpose) while the loader already fills the next tile.
+// 3xFP16 (kF16x3, perf-notes v15-v17): the same three products on fp16 halves scaled by
+// powers of two (a scale per item and per weight column). Its weights come through TMA
+// (both halves, the loader's thread 0), and each item's halo is loaded into registers while
+// the previous item's weights go out. A block takes one tile; the persistent variant
+// (kPersist, CONVT2D_F16X3_PERSIST=1) has min(tiles, SMs) blocks take tiles in turn, the
+// consumers writing C from the accumulators while the loader fills the next tile. Its
+// 3xTF32 fallback is looped (kLoop): a gated launch of one wave of blocks.
 #include "cuda/igemm_tile.cuh"
 #include "cuda/kernels.h"
 #include "cuda/ptx.cuh"
@@ -62,7 +64,8 @@ namespace {
 constexpr int kHaloMaxReach = 16;  // largest xt the halo slots hold
 
 #if defined(CONVT2D_WGMMA)
-template <typename T, int BM_, int BN_, int SB_, bool kSplit_ = false, bool kPersist_ = false>
+template <typename T, int BM_, int BN_, int SB_, bool kSplit_ = false, bool kPersist_ = false,
+          bool kLoop_ = false>
 struct HaloTraits {
   using Tp = T;  // the tiles' element type
   static constexpr bool kSplit = kSplit_;  // 3xTF32 / 3xFP16: both halves of each tile staged
@@ -72,6 +75,13 @@ struct HaloTraits {
   // next tile while the consumers store the last one (C straight from the accumulators).
   static constexpr bool kPersist = kPersist_;
   static_assert(!kPersist || kF16x3, "persistent: 3xFP16 only");
+  // Looped (3xTF32 / 3xFP16): min(tiles, SMs) blocks take tiles in turn as kPersist's, but
+  // each tile ends as a block's would (C staged over the rings), so all threads meet at a
+  // block barrier before the next tile: no block launch per tile, and a gated launch
+  // (run_if) that exits at once costs one wave instead of one per tile.
+  static constexpr bool kLoop = kLoop_;
+  static_assert(!(kLoop && kPersist) && (!kLoop || kSplit_), "looped: 3xTF32 / 3xFP16");
+  static constexpr bool kMulti = kPersist || kLoop;  // a block takes several tiles
   using Src = std::conditional_t<kSplit_, float, T>;  // source and output element type
   static constexpr int BM = BM_, BN = BN_, SB = SB_, BKB = 128, CH = 8, KS = 4;
   static constexpr int CR = BM / 2, HALVES = CR / 64;  // rows and m64 blocks per consumer
@@ -240,9 +250,12 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
   // 3xFP16 kernel (kPersist) keeps them across its tiles: loader and consumers walk the
   // same tiles, so their positions stay paired.
   int ia = 0, ib = 0;
-  const int64_t tile_end = Tr::kPersist ? prm.tiles : int64_t(blockIdx.x) + 1;
+  const int64_t tile_end = Tr::kMulti ? prm.tiles : int64_t(blockIdx.x) + 1;
   for (int64_t tile = blockIdx.x; tile < tile_end;
-       tile = Tr::kPersist ? tile + gridDim.x : tile_end) {  // (one trip unless kPersist)
+       tile = Tr::kMulti ? tile + gridDim.x : tile_end) {  // (one trip unless kMulti)
+    // kLoop: the last tile's C staging (over the rings) is done before the loader refills.
+    if constexpr (Tr::kLoop)
+      if (tile != blockIdx.x) __syncthreads();
     TileGeo t = tile_geo<BM, BN>(prm, tile);
     if (t.pix == 0) continue;
     const int adx = t.it_x < 0 ? -t.it_x : t.it_x;
@@ -331,7 +344,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
       // 3xFP16 with TMA weights (kTma): the next item's halo is loaded into v as soon as
       // this one is stored, so its latency overlaps the weight copies of this item.
       // (Not in the persistent kernel: there it spilled 700+ bytes.)
-      constexpr bool kPrefetch = kTma && !Tr::kPersist;
+      constexpr bool kPrefetch = kTma && !Tr::kMulti;
       const int b_row = int((t.g * p.kh * p.kw) * prm.Nc + t.n0);
       float4 v[Tr::kF16x3 ? AR : 1][4][2];
       if constexpr (Tr::kF16x3 && kPrefetch)
@@ -763,7 +776,7 @@ cudaError_t launch_halo(const TmaArgs<kTma>& args, int64_t max_mv, cudaStream_t 
   const int64_t mt = (max_mv + Tr::BM - 1) / Tr::BM;
   const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
   const int64_t blocks = mt * nt * prm.phases_y * prm.phases_x * prm.p.groups;
-  if constexpr (Tr::kPersist) {
+  if constexpr (Tr::kMulti) {
     if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;  // tile_geo's 32-bit index
     TmaArgs<kTma> pa = args;
     pa.prm.tiles = blocks;
@@ -812,25 +825,31 @@ cudaError_t run_halo_split(const IgemmParams& prm, int64_t max_mv, cudaStream_t 
   return run_halo<HaloTraits<float, 128, 128, 4, true>>(prm, max_mv, st);
 }
 
+// The 3xTF32 fallback of a 3xFP16 product (prm.run_if set): looped, so that its launch,
+// whose blocks exit at once unless an operand was out of range, is one wave of blocks
+// rather than one per tile (seedA: 17K blocks, 0.06 ms).
+cudaError_t run_halo_split_gated(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
+  if (prm.Nc <= 64)
+    return run_halo<HaloTraits<float, 256, 64, 4, true, false, true>>(prm, max_mv, st);
+  return run_halo<HaloTraits<float, 128, 128, 4, true, false, true>>(prm, max_mv, st);
+}
+
 // 3xFP16: 128 x 128 tiles as 3xTF32's (a fresh partial accumulator beside the total), each
-// item 64 channels (persistent where it has few tiles per SM); then the 3xTF32 kernel, which exits at once unless an operand was out
-// of the 3xFP16 range (f16_flag) and otherwise recomputes the whole product.
+// item 64 channels; then the looped 3xTF32 kernel, which exits at once unless an operand was
+// out of the 3xFP16 range (f16_flag) and otherwise recomputes the whole product.
 cudaError_t run_halo_f16x3(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
-  // Persistent where a block would take few tiles: measured (perf-notes v16b) unet 16 tiles
-  // per SM 0.51 -> 0.46 ms, dcgan and vae 8 per SM 2-6% faster, seedA 130 per SM 4% slower.
-  // CONVT2D_F16X3_PERSIST=0 / 1 forces it off / on (A/B timing).
-  const int64_t tiles = (max_mv + 127) / 128 * ((prm.Nc + 127) / 128) * prm.phases_y *
-                        prm.phases_x * prm.p.groups;
+  // A block per tile: with TMA weights and the next halo prefetched it beat the persistent
+  // kernel on seedA (3.75 vs 4.01 ms), dcgan and vae (0.384 vs 0.401, 0.441 vs 0.476), and
+  // lost on unet (0.408 vs 0.393) (perf-notes v17). CONVT2D_F16X3_PERSIST=1 forces the
+  // persistent kernel (A/B timing).
   const char* ev = std::getenv("CONVT2D_F16X3_PERSIST");
-  const bool persist = ev && (ev[0] == '0' || ev[0] == '1') ? ev[0] == '1'
-                                                             : tiles <= 32 * int64_t(sm_count());
   const cudaError_t e =
-      persist ? run_halo<HaloTraits<__half, 128, 128, 4, true, true>>(prm, max_mv, st)
-              : run_halo<HaloTraits<__half, 128, 128, 4, true>>(prm, max_mv, st);
+      ev && ev[0] == '1' ? run_halo<HaloTraits<__half, 128, 128, 4, true, true>>(prm, max_mv, st)
+                         : run_halo<HaloTraits<__half, 128, 128, 4, true>>(prm, max_mv, st);
   if (e != cudaSuccess) return e;
   IgemmParams fb = prm;
   fb.run_if = prm.f16_flag;
-  return run_halo_split(fb, max_mv, st);
+  return run_halo_split_gated(fb, max_mv, st);
 }
 
 template <typename T>

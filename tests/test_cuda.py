@@ -414,6 +414,11 @@ def test_f16x3_kernel(cfg, layout, wtma, monkeypatch):
     with _tf32_off():
         check(x, w, b, cfg.kwargs(), what=f"3xFP16 {layout} ")
         assert _f16x3_ran(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+        if torch.cuda.get_device_capability() == (9, 0):
+            # the weights came through TMA (kTma) unless turned off
+            names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
+            f16 = [n for n in names if _f16x3_halo(n)]
+            assert all((re.search(_TMA_TRUE, n) is not None) == (wtma is None) for n in f16), f16
 
 
 def test_f16x3_off_switch(monkeypatch):
@@ -480,7 +485,14 @@ def test_f16x3_fallback_many_tiles(layout):
         xc = xc.contiguous(memory_format=torch.channels_last)
     with _tf32_off():
         poison("cuda", ref.numel() * 4)
-        out = convt2d.forward(xc, w.cuda(), b.cuda(), **cfg.kwargs()).cpu()
+        fn = lambda: convt2d.forward(xc, w.cuda(), b.cuda(), **cfg.kwargs())  # noqa: E731
+        out = fn().cpu()
+        if torch.cuda.get_device_capability() == (9, 0):
+            # the fallback is the looped 3xTF32 kernel (HaloTraits<float, ..., true, false, true>)
+            names = _kernel_names(fn)
+            assert any(re.search(r"HaloTraitsIfLi\d+ELi\d+ELi\d+ELb1ELb0ELb1E|"
+                                 r"HaloTraits<float, \d+, \d+, \d+, true, false, true>", n)
+                       for n in names), names
     assert out.isfinite().all()
     for n in range(cfg.N):
         assert_close(out[n], ref[n], torch.float32, "cpu", f"image {n}")

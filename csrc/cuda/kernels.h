@@ -74,6 +74,10 @@ struct IgemmParams {
   int geo_ok = 0;
 };
 
+// The current device's SM count, queried per call (the devices of one process may
+// differ): grid sizing of the narrow and the persistent / looped halo kernels (narrow.cu).
+int sm_count();
+
 // Fills prm.geo_y / geo_x / geo_ok from prm.p, mode, phases and Hd / Wd (igemm.cu).
 void fill_phase_geo(IgemmParams& prm);
 

@@ -299,9 +299,8 @@ static bool nw_config(const Problem& p, int num_sms, NwCfg& cfg, int& co, int& n
   return true;
 }
 
-// The current device's SM count, queried per call like smem_optin (the devices of one
-// process may differ).
-static int sm_count() {
+// (declared in kernels.h)
+int sm_count() {
   int dev = 0, n = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)

@@ -732,15 +732,6 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
   if (wg == 0) asm volatile("cp.async.wait_all;\n" ::: "memory");  // no exit with copies in flight
 }
 
-// The current device's SM count (persistent grids), queried per call.
-int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 132;
-  return n;
-}
-
 // Largest virtual GEMM height over the phases (grid sizing) and the largest
 // tap-column reach xt, from the host-side phase geometry.
 struct HaloShape {
@@ -819,19 +810,15 @@ cudaError_t run_halo(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
 
 // 3xTF32: a fresh partial accumulator beside the total halves the tile per consumer
 // (64 + 64 registers), and both halves of every operand are staged (about 200 KB).
+// kLoop: the 3xTF32 fallback of a 3xFP16 product (prm.run_if set), looped so that its
+// launch, whose blocks exit at once unless an operand was out of range, is one wave of
+// blocks rather than one per tile (seedA: 17K blocks, 0.06 ms).
+template <bool kLoop = false>
 cudaError_t run_halo_split(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
   // (256 x 64 tiles for 128-column GEMMs too measured slower: seedA forward 7.83 -> 9.66 ms.)
-  if (prm.Nc <= 64) return run_halo<HaloTraits<float, 256, 64, 4, true>>(prm, max_mv, st);
-  return run_halo<HaloTraits<float, 128, 128, 4, true>>(prm, max_mv, st);
-}
-
-// The 3xTF32 fallback of a 3xFP16 product (prm.run_if set): looped, so that its launch,
-// whose blocks exit at once unless an operand was out of range, is one wave of blocks
-// rather than one per tile (seedA: 17K blocks, 0.06 ms).
-cudaError_t run_halo_split_gated(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
   if (prm.Nc <= 64)
-    return run_halo<HaloTraits<float, 256, 64, 4, true, false, true>>(prm, max_mv, st);
-  return run_halo<HaloTraits<float, 128, 128, 4, true, false, true>>(prm, max_mv, st);
+    return run_halo<HaloTraits<float, 256, 64, 4, true, false, kLoop>>(prm, max_mv, st);
+  return run_halo<HaloTraits<float, 128, 128, 4, true, false, kLoop>>(prm, max_mv, st);
 }
 
 // 3xFP16: 128 x 128 tiles as 3xTF32's (a fresh partial accumulator beside the total), each
@@ -849,7 +836,7 @@ cudaError_t run_halo_f16x3(const IgemmParams& prm, int64_t max_mv, cudaStream_t 
   if (e != cudaSuccess) return e;
   IgemmParams fb = prm;
   fb.run_if = prm.f16_flag;
-  return run_halo_split_gated(fb, max_mv, st);
+  return run_halo_split<true>(fb, max_mv, st);
 }
 
 template <typename T>

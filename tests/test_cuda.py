@@ -418,7 +418,12 @@ def test_f16x3_kernel(cfg, layout, wtma, monkeypatch):
             # the weights came through TMA (kTma) unless turned off
             names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
             f16 = [n for n in names if _f16x3_halo(n)]
-            assert all((re.search(_TMA_TRUE, n) is not None) == (wtma is None) for n in f16), f16
+            assert all((re.search(_HALO_TMA_TRUE, n) is not None) == (wtma is None) for n in f16), f16
+            # NCHW x: the kernel read it itself (then no ungated channels-last copy) or the
+            # copy came first; never with cp.async weights.
+            nchw = any(re.search(_HALO_NCHW, n) for n in f16)
+            assert not (nchw and (layout != "nchw" or wtma is not None)), f16
+            assert _copied_x(names) == (layout == "nchw" and not nchw), names
 
 
 def test_f16x3_off_switch(monkeypatch):
@@ -471,12 +476,14 @@ def test_f16x3_persistent_many_tiles(cfg, layout, persist, wtma, monkeypatch):
         assert_close(out[n], ref[n], torch.float32, "cpu", f"image {n}")
 
 
+@pytest.mark.parametrize("cfg", [_F16X3_BIG[0], Cfg(6, 64, 136, 40, 64, k=3, bias=True)],
+                         ids=lambda c: c.id())
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
-def test_f16x3_fallback_many_tiles(layout):
+def test_f16x3_fallback_many_tiles(layout, cfg):
     """One input value beyond the 3xFP16 range (1e30 > 2^75) sends the whole product to the
-    gated 3xTF32 launch, which is looped (fewer blocks than its 256 tiles): every output
-    within fp32 accuracy of the float64 reference, output poisoned."""
-    cfg = _F16X3_BIG[0]
+    gated 3xTF32 launch, which is looped (fewer blocks than its tiles): every output within
+    fp32 accuracy of the float64 reference, output poisoned. With NCHW x and W % 4 == 0 the
+    3xFP16 kernel read x itself, so the fallback's channels-last copy is the gated one."""
     x, w, b = cfg.make(torch.float32, "cpu")
     x[2, 5, 7, 9] = 1e30
     ref = F.conv_transpose2d(x.double(), w.double(), b.double(), **cfg.kwargs())
@@ -520,6 +527,95 @@ def test_f16x3_wide_range(mag):
             assert_close(out[n, co], ref[n, co], torch.float32, "cuda", f"image {n} channel {co}")
 
 
+# The 3xFP16 kernel reading NCHW x itself (W % 4 == 0): rows led so that a quad's source
+# columns start at a multiple of 4 (lead 0..3) and widened to a multiple of 4, stride phases,
+# dilation, groups, partial channel tiles, a batch of many tiles.
+_F16X3_NCHW = [
+    Cfg(2, 64, 128, 9, 20, k=(3, 5)),                     # lead 0, rows already 4-aligned
+    Cfg(2, 64, 96, 7, 16, k=3, padding=1, bias=True),      # lead 3
+    Cfg(3, 72, 130, 6, 12, k=(2, 3), bias=True),           # lead 2
+    Cfg(2, 64, 136, 5, 8, k=4, stride=2, padding=1),       # phases of 2 taps, lead 1 / 0
+    Cfg(1, 136, 200, 6, 28, k=(3, 3), dilation=(2, 3), padding=(1, 2)),
+    Cfg(2, 128, 256, 5, 12, k=3, stride=(1, 2), output_padding=(0, 1), groups=2, bias=True),
+    Cfg(5, 64, 136, 21, 64, k=(3, 5), padding=(1, 1), bias=True),
+    Cfg(2, 64, 136, 5, 12, k=(3, 17), padding=(1, 9)),     # the largest reach (16)
+    Cfg(2, 64, 128, 6, 12, k=3, padding=(1, 3)),           # source columns start past 0
+    Cfg(2, 64, 136, 5, 8, k=2, stride=3, bias=True),       # a phase with no tap columns
+]
+
+
+@pytest.mark.parametrize("cfg", _F16X3_NCHW, ids=lambda c: c.id())
+def test_f16x3_nchw(cfg, monkeypatch):
+    """fp32 with TF32 off, NCHW x: the 3xFP16 kernel reads x itself (asserted on an H100:
+    its kNchw instance ran and no ungated channels-last copy), images 10^-3..10^3 apart in
+    magnitude, output poisoned, each image within fp32 accuracy of the float64 reference;
+    CONVT2D_F16X3_NCHW=1 (wherever it can; by default only where its rows need no widening),
+    then CONVT2D_F16X3_NCHW=0 (the copy first). (CONVT2D_KERNEL=tc and
+    CONVT2D_HALO=1: the halo kernel wherever it applies; by default the router sends some of
+    these shapes to other kernels.)"""
+    monkeypatch.setenv("CONVT2D_KERNEL", "tc")
+    monkeypatch.setenv("CONVT2D_HALO", "1")
+    x, w, b = cfg.make(torch.float32, "cpu")
+    x = x * torch.logspace(-3, 3, cfg.N).view(-1, 1, 1, 1).float()
+    ref = F.conv_transpose2d(x.double(), w.double(), None if b is None else b.double(),
+                             **cfg.kwargs())
+    xc, wc, bc = x.cuda(), w.cuda(), None if b is None else b.cuda()
+    fn = lambda: convt2d.forward(xc, wc, bc, **cfg.kwargs())  # noqa: E731
+    for off in (None, "0"):
+        with _tf32_off(), pytest.MonkeyPatch.context() as mp:
+            mp.setenv("CONVT2D_F16X3_NCHW", "1" if off is None else off)
+            poison("cuda", ref.numel() * 4)
+            out = fn().cpu()
+            if torch.cuda.get_device_capability() == (9, 0):
+                names = _kernel_names(fn)
+                f16 = [n for n in names if _f16x3_halo(n)]
+                assert f16 and all((re.search(_HALO_NCHW, n) is not None) == (off is None)
+                                   for n in f16), names
+                assert _copied_x(names) == (off is not None), names
+        for n in range(cfg.N):
+            assert_close(out[n], ref[n], torch.float32, "cpu", f"image {n} (NCHW off: {off})")
+
+
+@pytest.mark.parametrize("cfg,nchw", [(_F16X3_NCHW[0], True), (_F16X3_NCHW[1], False)],
+                         ids=["rows4", "lead3"])
+def test_f16x3_nchw_default(cfg, nchw):
+    """By default the 3xFP16 kernel reads NCHW x itself only where its GEMM rows need no
+    widening (lead 0, rows a multiple of 4: k=(3, 5) at W 20), else the copy comes first
+    (k=3 padding 1: lead 3); both within fp32 accuracy."""
+    x, w, b = cfg.make(torch.float32, "cuda")
+    with _tf32_off():
+        check(x, w, b, cfg.kwargs(), backward=False, what="3xFP16 NCHW default ")
+        if torch.cuda.get_device_capability() == (9, 0):
+            fn = lambda: convt2d.forward(x, w, b, **cfg.kwargs())  # noqa: E731
+            names = _kernel_names(fn)
+            assert _f16x3_ran(fn), names
+            assert any(re.search(_HALO_NCHW, n) for n in names) == nchw, names
+            assert _copied_x(names) == (not nchw), names
+
+
+def test_f16x3_nchw_unaligned():
+    """NCHW x at an address that is not 16-byte aligned (a view one float into its storage)
+    and x with W % 4 != 0: the channels-last copy first, results unchanged."""
+    cfg = Cfg(2, 64, 128, 6, 12, k=3, padding=1)
+    x, w, b = cfg.make(torch.float32, "cpu")
+    ref = F.conv_transpose2d(x.double(), w.double(), b.double(), **cfg.kwargs())
+    buf = torch.empty(x.numel() + 1, device="cuda")
+    xu = buf[1:].view(x.shape)
+    xu.copy_(x.cuda())
+    assert xu.is_contiguous() and xu.data_ptr() % 16 != 0
+    x5 = torch.randn(2, 64, 6, 13)
+    ref5 = F.conv_transpose2d(x5.double(), w.double(), b.double(), **cfg.kwargs())
+    with _tf32_off():
+        for xin, r in ((xu, ref), (x5.cuda(), ref5)):
+            fn = lambda: convt2d.forward(xin, w.cuda(), b.cuda(), **cfg.kwargs())  # noqa: E731
+            poison("cuda", r.numel() * 4)
+            assert_close(fn().cpu(), r, torch.float32, "cpu", f"x {tuple(xin.shape)}")
+            if torch.cuda.get_device_capability() == (9, 0):
+                names = _kernel_names(fn)
+                assert _f16x3_ran(fn) and _copied_x(names), names
+                assert not any(re.search(_HALO_NCHW, n) for n in names), names
+
+
 def _kernel_names(fn):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
@@ -529,12 +625,20 @@ def _kernel_names(fn):
 
 # The kernels' last template argument kTma = true, demangled or mangled.
 _TMA_TRUE = r", (true|false), true>|ELb[01]ELb1EEEv"
+# tc_halo_kernel<Traits, kChanOut, kTma, kNchw>: kTma = true; kTma and kNchw = true.
+_HALO_TMA_TRUE = r">, (true|false), true(, (true|false))?>|ELb[01]ELb1E(Lb[01]E)?EEv"
+_HALO_NCHW = r">, (true|false), true, true>|ELb[01]ELb1ELb1EEEv"
+
+
+def _copied_x(names):
+    """Whether an ungated NCHW -> channels-last copy kernel ran (layout.cu)."""
+    return any(re.search(r"nchw_to_nhwc(_c4|_vec)?_kernel", n) for n in names)
 
 
 def _halo_tma(names):
     """(TMA, cp.async) launch counts of tc_halo_kernel<Traits, kChanOut, kTma> in names."""
     halo = [n for n in names if "tc_halo_kernel<" in n]
-    tma = sum(re.search(_TMA_TRUE, n) is not None for n in halo)
+    tma = sum(re.search(_HALO_TMA_TRUE, n) is not None for n in halo)
     return tma, len(halo) - tma
 
 

@@ -228,9 +228,18 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
   // paying for the channels-last copy (tc_igemm_supported checks the rest).
   const int64_t chunk = chunk_elems(dt);
   if (want_v2 && prm.Kc % chunk == 0) {
-    const at::Tensor s2 = to_channels_last(src, st);
+    // Forward, fp32 with TF32 off, NCHW x: the channels-last copy is left to the kernels
+    // (prm.src_nchw): the 3xFP16 halo kernel reads NCHW x itself where it can, every other
+    // path fills the copy first (perf-notes v18).
+    const bool defer = fwd && dt == DType::kFloat && math == MathMode::kIEEE &&
+                       src.is_contiguous() && !src.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+                       src.size(0) <= 65535 && src.size(1) <= 65535 * 64;
+    const at::Tensor s2 =
+        defer ? at::empty(src.sizes(), src.options().memory_format(at::MemoryFormat::ChannelsLast))
+              : to_channels_last(src, st);
     const at::Tensor w2 = pack_weight(weight, p, !fwd, /*k_major=*/true);
     prm.src = ref(s2);
+    if (defer) prm.src_nchw = ref(src);
     prm.wpk = w2.data_ptr();
     if (cuda::tc_igemm_supported(prm, dt)) {
       // 3xTF32 on the Hopper halo kernel: the weight's big and small TF32 halves.
@@ -272,6 +281,7 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
               "convt2d: tensor-core kernels need compute capability 8.0 or newer");
   const at::Tensor w1 = pack_weight(weight, p, !fwd, /*k_major=*/false);
   prm.src = ref(src);
+  prm.src_nchw = cuda::TensorRef{};
   prm.wpk = w1.data_ptr();
   check_launch(cuda::launch_igemm(prm, dt, math, st), "implicit GEMM");
 }

@@ -59,7 +59,9 @@ __device__ __forceinline__ void put_acc(float* sC, int m, int n, const float (&a
 // wv: the width of a GEMM row of pixels; the phase's width nqx, except in the
 // halo kernel (tc_halo.cu), whose rows are nqx + the tap columns' reach wide.
 struct TileGeo {
-  int64_t g, ry, rx, pix, nqx, M, m0, n0, wv = 0;
+  // wv, lead (halo kernels): GEMM rows t.wv wide, row position u holding output pixel
+  // u - lead (pixels outside [0, nqx) computed and dropped).
+  int64_t g, ry, rx, pix, nqx, M, m0, n0, wv = 0, lead = 0;
   int it_y, it_x, k0y, k0x, ksy, ksx, ntap_y, ntap_x, im_y, im_x, ia_y, ia_x;
 };
 
@@ -143,8 +145,8 @@ struct TapCursor {
 // threads ctid < NT: a row table of output offsets first, then coalesced
 // NCHW (pixel pairs when the phase's pixels are adjacent) or channels-last
 // (16-byte vectors) stores.
-// kVirt (halo kernel): GEMM rows are t.wv wide, and a row's pixels at or
-// past the phase's width nqx are not stored.
+// kVirt (halo kernel): GEMM rows are t.wv wide, row position u is output pixel u - t.lead,
+// and pixels outside [0, nqx) are not stored.
 template <typename T, int BM, int BN, int LDC_M, int LDC_N, int NT, bool kChanOut,
           bool kVirt = false>
 __device__ __forceinline__ void store_c_tile(const IgemmParams& prm, const float* sC,
@@ -160,8 +162,8 @@ __device__ __forceinline__ void store_c_tile(const IgemmParams& prm, const float
     int64_t off = -1;
     if (mg < M) {
       const int64_t n = udiv_fast(mg, pixv), rem = mg - n * pixv;
-      const int64_t qy = udiv_fast(rem, wv), qx = rem - qy * wv;
-      if (!kVirt || qx < gx.nq)
+      const int64_t qy = udiv_fast(rem, wv), qx = rem - qy * wv - (kVirt ? t.lead : 0);
+      if (!kVirt || (qx >= 0 && qx < gx.nq))
         off = n * prm.dst.sn + (qy * gy.om + gy.oa) * prm.dst.sh +
               (qx * gx.om + gx.oa) * prm.dst.sw + g * prm.Nc * prm.dst.sc;
     }

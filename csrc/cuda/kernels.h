@@ -59,6 +59,12 @@ struct IgemmParams {
   int* f16_flag = nullptr;
   // When set, the kernel exits at once unless *run_if != 0 (the 3xTF32 fallback).
   const int* run_if = nullptr;
+  // Forward, fp32 with TF32 off, NCHW x (set by the op glue): src is then an unfilled
+  // channels-last buffer for the same tensor and src_nchw the NCHW original. The 3xFP16
+  // halo kernel reads src_nchw itself where it can (tc_halo.cu, f16x3_nchw_ok), and src is
+  // then filled only for its 3xTF32 fallback, gated on f16_flag; every other path fills src
+  // first (fill_src_nhwc).
+  TensorRef src_nchw;
   // Kernels whose blocks take several tiles (the persistent 3xFP16 and looped 3xTF32 halo
   // kernels): the number of tiles, taken in turn (tile = block index + k * grid size).
   int64_t tiles = 0;
@@ -77,6 +83,10 @@ struct IgemmParams {
 // The current device's SM count, queried per call (the devices of one process may
 // differ): grid sizing of the narrow and the persistent / looped halo kernels (narrow.cu).
 int sm_count();
+
+// prm.src (channels-last) from prm.src_nchw (forward: N x Cin x H x W, contiguous): always
+// (run_if null) or only where *run_if != 0 (tc_halo.cu). Nothing when src_nchw is unset.
+cudaError_t fill_src_nhwc(const IgemmParams& prm, const int* run_if, cudaStream_t st);
 
 // Fills prm.geo_y / geo_x / geo_ok from prm.p, mode, phases and Hd / Wd (igemm.cu).
 void fill_phase_geo(IgemmParams& prm);
@@ -222,6 +232,10 @@ int direct_tc_channels(const Problem& p, DType dt, MathMode math);
 // Contiguous NCHW -> contiguous NHWC (channels-last) copy (layout.cu).
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,
                                 int elem_bytes, cudaStream_t st);
+// The same copy of 4-byte elements, done only where *run_if != 0 (one wave of blocks that
+// otherwise exit at once).
+cudaError_t launch_nchw_to_nhwc_if(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,
+                                   const int* run_if, cudaStream_t st);
 
 // Tap gather of NCHW-contiguous grad_output into channels-last dst [N][H][W][Cout*kh*kw]
 // (layout.cu): dst[n][y][x][c*kh*kw + ky*kw + kx] = gout[n][c][y*sh - ph + ky*dh]

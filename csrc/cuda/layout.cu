@@ -35,6 +35,34 @@ __global__ void __launch_bounds__(256) nchw_to_nhwc_kernel(const U* __restrict__
   }
 }
 
+// Gated copy (launch_nchw_to_nhwc_if, the 3xTF32 fallback's operand when the 3xFP16 kernel
+// read NCHW x itself): the generic kernel's 64 x 64 tiles in a grid-stride loop over (tile,
+// image), every block exiting at once when *run_if == 0.
+__global__ void __launch_bounds__(256) nchw_to_nhwc_if_kernel(const uint32_t* __restrict__ src,
+                                                              uint32_t* __restrict__ dst,
+                                                              int64_t N, int64_t C, int64_t HW,
+                                                              const int* run_if) {
+  if (*reinterpret_cast<const volatile int*>(run_if) == 0) return;
+  __shared__ uint32_t tile[kTile][kTile + 1];
+  const int64_t tp = (HW + kTile - 1) / kTile, tc = (C + kTile - 1) / kTile;
+  for (int64_t b = blockIdx.x; b < tp * tc * N; b += gridDim.x) {
+    const int64_t n = b / (tp * tc), rem = b - n * tp * tc;
+    const int64_t c0 = rem / tp * kTile, p0 = rem % tp * kTile;
+    const uint32_t* s = src + n * C * HW;
+    uint32_t* d = dst + n * C * HW;
+    __syncthreads();  // the previous tile's reads of `tile` are done
+    for (int i = threadIdx.x; i < kTile * kTile; i += 256) {
+      const int c = i / kTile, q = i % kTile;
+      if (c0 + c < C && p0 + q < HW) tile[c][q] = s[(c0 + c) * HW + p0 + q];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kTile * kTile; i += 256) {
+      const int q = i / kTile, c = i % kTile;
+      if (c0 + c < C && p0 + q < HW) d[(p0 + q) * C + c0 + c] = tile[c][q];
+    }
+  }
+}
+
 template <typename U> struct Vec4;
 template <> struct Vec4<uint16_t> { using type = uint2; };
 template <> struct Vec4<uint32_t> { using type = uint4; };
@@ -355,6 +383,24 @@ cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C
     case 8: return run<uint64_t>(src, dst, N, C, HW, st);
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_nchw_to_nhwc_if(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,
+                                   const int* run_if, cudaStream_t st) {
+  if (N == 0 || C == 0 || HW == 0) return cudaSuccess;
+  const int64_t tiles = (HW + kTile - 1) / kTile * ((C + kTile - 1) / kTile) * N;
+  const unsigned blocks = unsigned(std::min<int64_t>(tiles, 1024));
+  nchw_to_nhwc_if_kernel<<<blocks, 256, 0, st>>>(static_cast<const uint32_t*>(src),
+                                                 static_cast<uint32_t*>(dst), N, C, HW, run_if);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_src_nhwc(const IgemmParams& prm, const int* run_if, cudaStream_t st) {
+  if (!prm.src_nchw.ptr) return cudaSuccess;
+  const Problem& p = prm.p;
+  return run_if ? launch_nchw_to_nhwc_if(prm.src_nchw.ptr, prm.src.ptr, p.N, p.Cin, p.H * p.W,
+                                         run_if, st)
+                : launch_nchw_to_nhwc(prm.src_nchw.ptr, prm.src.ptr, p.N, p.Cin, p.H * p.W, 4, st);
 }
 
 cudaError_t launch_tap_gather(const void* gout, void* dst, const Problem& p, int elem_bytes,

@@ -207,15 +207,45 @@ __device__ __forceinline__ void load_halo_f32(float4 (&v)[AR][4][NV], const floa
   }
 }
 
+// The 3xFP16 loader's halo loads from an NCHW source (kNchw): thread (octet o, quad) of
+// round i holds source channels 8 o .. 8 o + 7 (of the item's 64) at 4 consecutive source
+// columns (one float4 per channel, v[i][k / 2][k % 2] for channel k of the octet). a_off /
+// a_y / a_ok describe each round's quad (the host guarantees that its 4 columns are in one
+// row, 16-byte aligned, and all inside or all outside the source); cofs is the channel
+// tile's offset, ch_ok whether the octet is below Kc.
+template <int AR>
+__device__ __forceinline__ void load_halo_nchw(float4 (&v)[AR][4][2], const float* src,
+                                               const int64_t (&a_off)[AR], const int (&a_y)[AR],
+                                               const bool (&a_ok)[AR], int dy, uint32_t uHs,
+                                               int64_t sh, int64_t sc, int64_t cofs, bool ch_ok) {
+#pragma unroll
+  for (int i = 0; i < AR; ++i) {
+    const int y = a_y[i] + dy;
+    const bool ok = ch_ok && a_ok[i] && uint32_t(y) < uHs;
+    const float* ga = src + (a_off[i] + (ok ? int64_t(y) * sh + cofs : 0));
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      v[i][k >> 1][k & 1] = ok ? __ldg(reinterpret_cast<const float4*>(ga + k * sc))
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+__device__ __forceinline__ float f4_at(const float4& q, int p) {
+  return p == 0 ? q.x : p == 1 ? q.y : p == 2 ? q.z : q.w;
+}
+
 // TMA loader (kTma, not with kSplit): one thread issues, per tap row and channel
 // tile, one im2col copy of the BM + xt halo rows (the phase's map: W window widened
 // by xt, W offset 0, the tap row as H offset), and per tap column one tiled copy of
 // the weight box (tma_maps.cuh).
-template <class Tr, bool kChanOut, bool kTma>
+template <class Tr, bool kChanOut, bool kTma, bool kNchw = false>
 __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__ TmaArgs<kTma> args) {
   // 3xTF32 / 3xFP16 stage the activation halves through registers; 3xFP16 may take its
   // weights through TMA (kTma: the loader's thread 0 issues them).
   static_assert(!(kTma && Tr::kSplit && !Tr::kF16x3), "3xTF32: no TMA");
+  // kNchw: 3xFP16 (a block per tile, TMA weights) reading prm.src as NCHW x (sw == 1,
+  // float4 quads along W; f16x3_nchw_ok), its GEMM rows led and widened as below.
+  static_assert(!kNchw || (Tr::kF16x3 && kTma && !Tr::kMulti), "NCHW: 3xFP16 block per tile");
   constexpr bool kTmaA = kTma && !Tr::kSplit;  // the halo through TMA too
   using T = typename Tr::Tp;
   using TS = typename Tr::Src;
@@ -262,6 +292,15 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
     const int xt = t.ntap_x > 0 ? (t.ntap_x - 1) * adx : 0;
     const int64_t nqy = udiv_fast(t.pix, t.nqx);
     t.wv = t.nqx + xt;
+    if constexpr (kNchw) {
+      // Row position u holds source column u - lead + c0 (c0: the halo's first column
+      // relative to the output pixel): lead makes it a multiple of 4 at u = 4 j, and the
+      // row is widened to a multiple of 4, so each quad of positions is one float4 per
+      // channel (halo_shape(prm, true) sizes the grid the same way).
+      const int c0 = t.ia_x + (t.it_x < 0 ? -xt : 0);
+      t.lead = c0 & 3;
+      t.wv = (t.nqx + xt + t.lead + 3) & ~int64_t(3);
+    }
     t.M = p.N * nqy * t.wv;
     if (t.m0 >= t.M) continue;
     const int Kc = int(prm.Kc), Nc = int(prm.Nc);
@@ -322,15 +361,23 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
       int64_t a_off[AR];
       int a_y[AR];
       bool a_ok[AR];
+      // kNchw: the thread's channel octet and, per round i, its quad's first halo row.
+      const int oct = lane & 7;
+      auto quad_row = [&](int i) { return 4 * (16 * i + 4 * warp + (lane >> 3)); };
+      static_assert(!kNchw || AR * 64 >= Tr::kHaloRows, "NCHW: rounds of 64 halo rows");
 #pragma unroll
       for (int i = 0; i < AR; ++i) {
-        const int64_t v = t.m0 + rb + 64 * i;
+        const int h = kNchw ? quad_row(i) : rb + 64 * i;
+        const int64_t v = t.m0 + h;
         const int64_t n = udiv_fast(v, pixv), rem = v - n * pixv;
         const int64_t qy = udiv_fast(rem, t.wv), u = rem - qy * t.wv;
-        const int64_t col = u + t.ia_x + omin;
-        a_ok[i] = v < t.M && col >= 0 && col < prm.Ws;
+        const int64_t col = u - t.lead + t.ia_x + omin;
+        a_ok[i] = v < t.M && col >= 0 && col < prm.Ws && (!kNchw || h < rows);
         a_y[i] = int(qy) * t.im_y + t.ia_y;
-        a_off[i] = a_ok[i] ? n * prm.src.sn + t.g * Kc + sub * E + col * prm.src.sw : 0;
+        if constexpr (kNchw)
+          a_off[i] = a_ok[i] ? n * prm.src.sn + (t.g * Kc + 8 * oct) * prm.src.sc + col : 0;
+        else
+          a_off[i] = a_ok[i] ? n * prm.src.sn + t.g * Kc + sub * E + col * prm.src.sw : 0;
       }
       const int64_t tap_stride = int64_t(Nc) * Kc;
       const T* b_base = wpk + t.g * p.kh * p.kw * tap_stride + sub * E;
@@ -347,11 +394,40 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
       constexpr bool kPrefetch = kTma && !Tr::kMulti;
       const int b_row = int((t.g * p.kh * p.kw) * prm.Nc + t.n0);
       float4 v[Tr::kF16x3 ? AR : 1][4][2];
-      if constexpr (Tr::kF16x3 && kPrefetch)
-        if (tap_rows > 0)
-          load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, 0, uHs, prm.src.sh, 0,
-                                  sub * E, Kc);
-      for (int jy = 0; jy < tap_rows; ++jy) {
+      // The 3xFP16 halo of item (tap row shift dy, channel tile ct) into v.
+      auto load_item = [&](int dy, int ct) {
+        if constexpr (kNchw)
+          load_halo_nchw<AR>(v, src, a_off, a_y, a_ok, dy, uHs, prm.src.sh, prm.src.sc,
+                             int64_t(ct) * BK * prm.src.sc, ct * BK + 8 * oct < Kc);
+        else if constexpr (Tr::kF16x3)
+          load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, dy, uHs, prm.src.sh,
+                                  ct * BK, ct * BK + sub * E, Kc);
+      };
+      // Block per tile with TMA weights: thread 0 issues the first item's weight stages (up
+      // to SB) before the halo is loaded, so that their latency overlaps the halo's at the
+      // tile start (stages ib < pre are not issued again below).
+      // Tap rows in the order of their source rows (forward: it_y < 0, the last tap row
+      // first): a tile's first item then reads the source row that the tiles before it read
+      // too (from L2), and the row no tile has read yet (from DRAM) comes last, loaded
+      // while the item before it runs.
+      auto row_of = [&](int jj) { return t.it_y < 0 ? tap_rows - 1 - jj : jj; };
+      int pre = 0;
+      if constexpr (Tr::kF16x3 && kPrefetch) {
+        if (tid == 0 && tap_rows > 0) {
+          pre = t.ntap_x < SB ? t.ntap_x : SB;
+          const int brow0 = (t.k0y + row_of(0) * t.ksy) * p.kw + t.k0x;
+          for (int jx = 0; jx < pre; ++jx) {
+            const uint32_t sb = sbase + jx * Tr::kBStage;
+            const int y = b_row + (brow0 + jx * t.ksx) * int(prm.Nc);
+            mbar_arrive_expect_tx(fullB + 8 * jx, uint32_t(2 * Tr::kBBytes));
+            tma_load_2d(sb, &args.tma.b, fullB + 8 * jx, 0, y);
+            tma_load_2d(sb + Tr::kBBytes, &args.tma.b_lo, fullB + 8 * jx, 0, y);
+          }
+        }
+        if (tap_rows > 0) load_item(row_of(0) * t.it_y, 0);
+      }
+      for (int jj = 0; jj < tap_rows; ++jj) {
+        const int jy = row_of(jj);
         const int dy = jy * t.it_y;
         const int64_t brow = int64_t(t.k0y + jy * t.ksy) * p.kw + t.k0x;
         for (int ct = 0; ct < kc_tiles; ++ct) {
@@ -363,9 +439,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
             // goes to the consumers in the slot's flag words. An operand out of range sets
             // f16_flag: the 3xTF32 kernel launched next then reruns the product.
             const int a = ia & 1;
-            if constexpr (!kPrefetch)
-              load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, dy, uHs, prm.src.sh,
-                                      ct * BK, c0, Kc);
+            if constexpr (!kPrefetch) load_item(dy, ct);
             uint32_t m = 0;
 #pragma unroll
             for (int i = 0; i < AR; ++i)
@@ -388,27 +462,44 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
             const float sc = exp2i(sx);
             if (ia >= 2) mbar_wait(emptyA + 8 * a, uint32_t((ia / 2 - 1) & 1));
             const uint32_t sa = sbase + Tr::kAOff + a * Tr::kAStage;
+            // Eight values times 2^s as big and small fp16 halves, to row r's chunk c.
+            auto put8 = [&](int r, int c, const float (&f)[8]) {
+              uint32_t hi[4], lo[4];
+#pragma unroll
+              for (int k = 0; k < 4; ++k) {
+                const float f0 = f[2 * k] * sc, f1 = f[2 * k + 1] * sc;
+                const __half2 h = __floats2half2_rn(f0, f1);
+                const float2 hf = __half22float2(h);
+                const __half2 l = __floats2half2_rn(f0 - hf.x, f1 - hf.y);
+                hi[k] = *reinterpret_cast<const uint32_t*>(&h);
+                lo[k] = *reinterpret_cast<const uint32_t*>(&l);
+              }
+              const uint32_t d = sa + swz<CH>(r, c);
+              sts128(d, hi);
+              sts128(d + Tr::kABytes, lo);
+            };
 #pragma unroll
             for (int i = 0; i < AR; ++i) {
-              const int r = rb + 64 * i;
-              if (r >= rows) continue;
+              if constexpr (kNchw) {
+                // The quad's 4 rows, chunk oct (a warp's store: 4 whole rows, no conflicts).
+                const int h = quad_row(i);
+                if (h >= rows) continue;
 #pragma unroll
-              for (int c = 0; c < 4; ++c) {
-                const float f[8] = {v[i][c][0].x, v[i][c][0].y, v[i][c][0].z, v[i][c][0].w,
-                                    v[i][c][1].x, v[i][c][1].y, v[i][c][1].z, v[i][c][1].w};
-                uint32_t hi[4], lo[4];
+                for (int q = 0; q < 4; ++q) {
+                  float f[8];
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                  const float f0 = f[2 * k] * sc, f1 = f[2 * k + 1] * sc;
-                  const __half2 h = __floats2half2_rn(f0, f1);
-                  const float2 hf = __half22float2(h);
-                  const __half2 l = __floats2half2_rn(f0 - hf.x, f1 - hf.y);
-                  hi[k] = *reinterpret_cast<const uint32_t*>(&h);
-                  lo[k] = *reinterpret_cast<const uint32_t*>(&l);
+                  for (int k = 0; k < 8; ++k) f[k] = f4_at(v[i][k >> 1][k & 1], q);
+                  put8(h + q, oct, f);
                 }
-                const uint32_t d = sa + swz<CH>(r, sub + 2 * c);
-                sts128(d, hi);
-                sts128(d + Tr::kABytes, lo);
+              } else {
+                const int r = rb + 64 * i;
+                if (r >= rows) continue;
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                  const float f[8] = {v[i][c][0].x, v[i][c][0].y, v[i][c][0].z, v[i][c][0].w,
+                                      v[i][c][1].x, v[i][c][1].y, v[i][c][1].z, v[i][c][1].w};
+                  put8(r, sub + 2 * c, f);
+                }
               }
             }
             if (lane == 0)
@@ -419,10 +510,8 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
             ++ia;
             if constexpr (kPrefetch) {
               const int nct = ct + 1 < kc_tiles ? ct + 1 : 0;
-              const int njy = ct + 1 < kc_tiles ? jy : jy + 1;
-              if (njy < tap_rows)
-                load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, njy * t.it_y, uHs,
-                                        prm.src.sh, nct * BK, nct * BK + sub * E, Kc);
+              const int njj = ct + 1 < kc_tiles ? jj : jj + 1;
+              if (njj < tap_rows) load_item(row_of(njj) * t.it_y, nct);
             }
           } else if constexpr (Tr::kSplit) {
             // 3xTF32: the halo through registers (loads issued before the slot is
@@ -485,8 +574,8 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
           for (int jx = 0; jx < t.ntap_x; ++jx, ++ib) {
             const int s = ib % SB;
             if constexpr (kTma) {
-              // 3xFP16: thread 0 copies both weight halves of the stage.
-              if (tid == 0) {
+              // 3xFP16: thread 0 copies both weight halves of the stage (unless pre-issued).
+              if (tid == 0 && ib >= pre) {
                 if (ib >= SB) mbar_wait(emptyB + 8 * s, uint32_t((ib / SB - 1) & 1));
                 const uint32_t sb = sbase + s * Tr::kBStage;
                 const int y = b_row + int(brow + jx * t.ksx) * int(prm.Nc);
@@ -733,12 +822,13 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
 }
 
 // Largest virtual GEMM height over the phases (grid sizing) and the largest
-// tap-column reach xt, from the host-side phase geometry.
+// tap-column reach xt, from the host-side phase geometry. quads: the rows as the kNchw
+// kernel widens them (led to a source column that is a multiple of 4, then rounded up to 4).
 struct HaloShape {
   int64_t max_mv = 0, max_xt = 0, max_ntap_x = 0;
 };
 
-HaloShape halo_shape(const IgemmParams& prm) {
+HaloShape halo_shape(const IgemmParams& prm, bool quads = false) {
   const Problem& p = prm.p;
   HaloShape h;
   int64_t nqy = 0, wv = 0;
@@ -747,7 +837,13 @@ HaloShape halo_shape(const IgemmParams& prm) {
     for (int64_t r = 0; r < p.sw; ++r) {
       const PhaseDim pd = make_phase_dim(r, p.sw, p.pw, p.dw, p.kw, p.Wo);
       const int64_t xt = pd.ntap > 0 ? (pd.ntap - 1) * pd.koff_step : 0;
-      wv = std::max(wv, pd.nq + xt);
+      int64_t w = pd.nq + xt;
+      if (quads) {  // as the kernel: c0 = ia_x + (it_x < 0 ? -xt : 0), it_x = -koff_step
+        const Geo g = make_geo(prm.mode, r, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+        const int64_t c0 = g.ia + (g.it < 0 ? -xt : 0);
+        w = (w + (c0 & 3) + 3) / 4 * 4;
+      }
+      wv = std::max(wv, w);
       h.max_xt = std::max(h.max_xt, xt);
       h.max_ntap_x = std::max(h.max_ntap_x, pd.ntap);
     }
@@ -761,7 +857,7 @@ HaloShape halo_shape(const IgemmParams& prm) {
   return h;
 }
 
-template <class Tr, bool kTma>
+template <class Tr, bool kTma, bool kNchw = false>
 cudaError_t launch_halo(const TmaArgs<kTma>& args, int64_t max_mv, cudaStream_t st) {
   const IgemmParams& prm = args.prm;
   const int64_t mt = (max_mv + Tr::BM - 1) / Tr::BM;
@@ -777,13 +873,25 @@ cudaError_t launch_halo(const TmaArgs<kTma>& args, int64_t max_mv, cudaStream_t 
     });
   }
   return BOOL_SWITCH(prm.dst.sc == 1, kChan, [&] {
-    return launch_tile_grid<Tr>(tc_halo_kernel<Tr, kChan, kTma>, blocks, args, st);
+    return launch_tile_grid<Tr>(tc_halo_kernel<Tr, kChan, kTma, kNchw>, blocks, args, st);
   });
 }
 
 // The TMA loader where it applies (not 3xTF32), unless CONVT2D_HALO_TMA=0 (A/B timing).
 template <class Tr>
 cudaError_t run_halo(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
+  if constexpr (Tr::kF16x3 && !Tr::kMulti) {
+    // NCHW x (prm.src_nchw, left by run_halo_f16x3 only where f16x3_nchw_ok): the kernel
+    // reads it itself, with TMA weights; without the maps cudaErrorNotSupported (the caller
+    // then makes the channels-last copy and comes back without src_nchw).
+    if (prm.src_nchw.ptr) {
+      TmaArgs<true> a{};
+      a.prm = prm;
+      a.prm.src = prm.src_nchw;
+      if (!make_f16x3_wmaps(prm, Tr::BK, Tr::BN, a.tma)) return cudaErrorNotSupported;
+      return launch_halo<Tr, true, true>(a, halo_shape(prm, true).max_mv, st);
+    }
+  }
   if constexpr (Tr::kF16x3) {
     // 3xFP16: the weights through TMA where the maps can be made, unless
     // CONVT2D_F16X3_TMA=0 (A/B timing).
@@ -821,6 +929,34 @@ cudaError_t run_halo_split(const IgemmParams& prm, int64_t max_mv, cudaStream_t 
   return run_halo<HaloTraits<float, 128, 128, 4, true, false, kLoop>>(prm, max_mv, st);
 }
 
+// Whether the 3xFP16 kernel reads NCHW x (prm.src_nchw) itself. It can where float4 loads
+// along W work: W unit-stride, the other strides multiples of 4 floats, a 16-byte aligned
+// base (a quad of columns 4 j .. 4 j + 3 is then one aligned float4 per channel, inside or
+// outside the row as a whole), and TMA weights. By default it does only where its GEMM rows
+// need no widening (every phase with taps: lead 0 and nq + xt a multiple of 4): there it
+// measured faster than the copy and the NHWC kernel (seedA 3.644 -> 3.461 ms, unet 0.399 ->
+// 0.378), and with widened rows slower (dcgan 0.389 -> 0.417, vae 0.445 -> 0.481; perf-notes
+// v18). CONVT2D_F16X3_NCHW=1: wherever it can (tests, A/B), 0: never.
+bool f16x3_nchw_ok(const IgemmParams& prm) {
+  const char* en = std::getenv("CONVT2D_F16X3_NCHW");
+  const char* et = std::getenv("CONVT2D_F16X3_TMA");
+  if ((en && en[0] == '0') || (et && et[0] == '0')) return false;
+  const TensorRef& x = prm.src_nchw;
+  const bool can = prm.mode == IgemmMode::kForward && x.sw == 1 && x.sh % 4 == 0 &&
+                   x.sc % 4 == 0 && x.sn % 4 == 0 && prm.Ws % 4 == 0 &&
+                   (reinterpret_cast<uintptr_t>(x.ptr) & 15) == 0;
+  if (!can || (en && en[0] == '1')) return can;
+  const Problem& p = prm.p;
+  for (int64_t r = 0; r < prm.phases_x; ++r) {
+    const Geo g = make_geo(prm.mode, r, p.sw, p.pw, p.dw, p.kw, prm.Wd);
+    if (g.ntap == 0) continue;
+    const int64_t xt = (g.ntap - 1) * (g.it < 0 ? -g.it : g.it);
+    const int64_t c0 = g.ia + (g.it < 0 ? -xt : 0);  // as the kernel's lead
+    if ((c0 & 3) != 0 || (g.nq + xt) % 4 != 0) return false;
+  }
+  return true;
+}
+
 // 3xFP16: 128 x 128 tiles as 3xTF32's (a fresh partial accumulator beside the total), each
 // item 64 channels; then the looped 3xTF32 kernel, which exits at once unless an operand was
 // out of the 3xFP16 range (f16_flag) and otherwise recomputes the whole product.
@@ -830,12 +966,29 @@ cudaError_t run_halo_f16x3(const IgemmParams& prm, int64_t max_mv, cudaStream_t 
   // lost on unet (0.408 vs 0.393) (perf-notes v17). CONVT2D_F16X3_PERSIST=1 forces the
   // persistent kernel (A/B timing).
   const char* ev = std::getenv("CONVT2D_F16X3_PERSIST");
-  const cudaError_t e =
-      ev && ev[0] == '1' ? run_halo<HaloTraits<__half, 128, 128, 4, true, true>>(prm, max_mv, st)
-                         : run_halo<HaloTraits<__half, 128, 128, 4, true>>(prm, max_mv, st);
-  if (e != cudaSuccess) return e;
+  const bool persist = ev && ev[0] == '1';
   IgemmParams fb = prm;
+  fb.src_nchw = TensorRef{};
   fb.run_if = prm.f16_flag;
+  // NCHW x (perf-notes v18): the block-per-tile kernel reads it itself where it can, and the
+  // channels-last copy is made only for the fallback, where an operand was out of range.
+  if (prm.src_nchw.ptr && !persist && f16x3_nchw_ok(prm)) {
+    const cudaError_t e = run_halo<HaloTraits<__half, 128, 128, 4, true>>(prm, max_mv, st);
+    if (e == cudaSuccess) {
+      const cudaError_t f = fill_src_nhwc(prm, prm.f16_flag, st);
+      if (f != cudaSuccess) return f;
+      return run_halo_split<true>(fb, max_mv, st);
+    }
+    if (e != cudaErrorNotSupported) return e;
+  }
+  const cudaError_t f = fill_src_nhwc(prm, nullptr, st);
+  if (f != cudaSuccess) return f;
+  IgemmParams q = prm;
+  q.src_nchw = TensorRef{};
+  const cudaError_t e =
+      persist ? run_halo<HaloTraits<__half, 128, 128, 4, true, true>>(q, max_mv, st)
+              : run_halo<HaloTraits<__half, 128, 128, 4, true>>(q, max_mv, st);
+  if (e != cudaSuccess) return e;
   return run_halo_split<true>(fb, max_mv, st);
 }
 
@@ -902,8 +1055,18 @@ bool tc_halo_preferred(const IgemmParams& prm, DType dt, MathMode math) {
 #endif
 }
 
-cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st) {
+cudaError_t launch_tc_halo(const IgemmParams& prm_in, DType dt, MathMode math, cudaStream_t st) {
 #if defined(CONVT2D_WGMMA)
+  // Only the 3xFP16 kernel reads NCHW x (prm.src_nchw) itself: elsewhere the copy first.
+  const bool f16x3 = dt == DType::kFloat && math == MathMode::kIEEE && prm_in.wpk_hi &&
+                     prm_in.wpk_lo && prm_in.wflag && prm_in.w16_hi && prm_in.w16_lo &&
+                     prm_in.w16_scale && prm_in.f16_flag && tc_halo_f16x3_applies(prm_in);
+  IgemmParams prm = prm_in;
+  if (prm.src_nchw.ptr && !f16x3) {
+    const cudaError_t e = fill_src_nhwc(prm, nullptr, st);
+    if (e != cudaSuccess) return e;
+    prm.src_nchw = TensorRef{};
+  }
   // The halo slots hold BM + kHaloMaxReach rows; the loader trusts that bound.
   const HaloShape h = halo_shape(prm);
   if (h.max_xt > kHaloMaxReach || (prm.mode == IgemmMode::kDgrad && prm.p.sw != 1))
@@ -915,13 +1078,12 @@ cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, MathMode math, cuda
     case DType::kFloat:
       if (math != MathMode::kIEEE) return run_halo_t<float>(prm, max_mv, st);
       if (!prm.wpk_hi || !prm.wpk_lo || !prm.wflag) return cudaErrorInvalidValue;
-      if (prm.w16_hi && prm.w16_lo && prm.w16_scale && prm.f16_flag && tc_halo_f16x3_applies(prm))
-        return run_halo_f16x3(prm, max_mv, st);
+      if (f16x3) return run_halo_f16x3(prm, max_mv, st);
       return run_halo_split(prm, max_mv, st);
     default: return cudaErrorInvalidValue;
   }
 #else
-  (void)prm; (void)dt; (void)math; (void)st;
+  (void)prm_in; (void)dt; (void)math; (void)st;
   return cudaErrorInvalidDeviceFunction;
 #endif
 }

@@ -654,8 +654,15 @@ static bool want_halo(const IgemmParams& prm, DType dt, MathMode math) {
   return !ws_tma_applies(prm, dt);
 }
 
-cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st) {
-  if (want_halo(prm, dt, math)) return launch_tc_halo(prm, dt, math, st);
+cudaError_t launch_tc_igemm(const IgemmParams& prm_in, DType dt, MathMode math, cudaStream_t st) {
+  if (want_halo(prm_in, dt, math)) return launch_tc_halo(prm_in, dt, math, st);
+  // NCHW x that only the 3xFP16 halo kernel reads itself: the channels-last copy first.
+  IgemmParams prm = prm_in;
+  if (prm.src_nchw.ptr) {
+    const cudaError_t e = fill_src_nhwc(prm, nullptr, st);
+    if (e != cudaSuccess) return e;
+    prm.src_nchw = TensorRef{};
+  }
   switch (dt) {
     case DType::kHalf: return run_tc_k<__half, false>(prm, st);
     case DType::kBFloat16: return run_tc_k<__nv_bfloat16, false>(prm, st);

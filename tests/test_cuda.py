@@ -576,12 +576,15 @@ def test_f16x3_nchw(cfg, monkeypatch):
             assert_close(out[n], ref[n], torch.float32, "cpu", f"image {n} (NCHW off: {off})")
 
 
-@pytest.mark.parametrize("cfg,nchw", [(_F16X3_NCHW[0], True), (_F16X3_NCHW[1], False)],
-                         ids=["rows4", "lead3"])
+@pytest.mark.parametrize("cfg,nchw", [
+    (_F16X3_NCHW[0], True),
+    (Cfg(1, 64, 128, 8, 32, k=3, stride=2, padding=1, output_padding=1), True),
+    (_F16X3_NCHW[1], False),
+], ids=["rows4", "widened1of32", "widened1of3"])
 def test_f16x3_nchw_default(cfg, nchw):
-    """By default the 3xFP16 kernel reads NCHW x itself only where its GEMM rows need no
-    widening (lead 0, rows a multiple of 4: k=(3, 5) at W 20), else the copy comes first
-    (k=3 padding 1: lead 3); both within fp32 accuracy."""
+    """By default the 3xFP16 kernel reads NCHW x itself where widening its GEMM rows adds at
+    most 1/8 (k=(3, 5) at W 20: none; k=3 stride 2 at W 32: 33 -> 36 rows in one phase),
+    else the copy comes first (k=3 padding 1 at W 16: 18 -> 24); all within fp32 accuracy."""
     x, w, b = cfg.make(torch.float32, "cuda")
     with _tf32_off():
         check(x, w, b, cfg.kwargs(), backward=False, what="3xFP16 NCHW default ")

@@ -497,6 +497,11 @@ def test_f16x3_fallback_many_tiles(layout, cfg):
         if torch.cuda.get_device_capability() == (9, 0):
             # the fallback is the looped 3xTF32 kernel (HaloTraits<float, ..., true, false, true>)
             names = _kernel_names(fn)
+            if layout == "nchw" and cfg.W % 4 == 0:
+                # the 3xFP16 kernel read NCHW x; the fallback's channels-last copy was gated
+                assert any(re.search(_HALO_NCHW, n) for n in names), names
+                assert any("nchw_to_nhwc_if_kernel" in n for n in names), names
+                assert not _copied_x(names), names
             assert any(re.search(r"HaloTraitsIfLi\d+ELi\d+ELi\d+ELb1ELb0ELb1E|"
                                  r"HaloTraits<float, \d+, \d+, \d+, true, false, true>", n)
                        for n in names), names
@@ -534,7 +539,7 @@ _F16X3_NCHW = [
     Cfg(2, 64, 128, 9, 20, k=(3, 5)),                     # lead 0, rows already 4-aligned
     Cfg(2, 64, 96, 7, 16, k=3, padding=1, bias=True),      # lead 3
     Cfg(3, 72, 130, 6, 12, k=(2, 3), bias=True),           # lead 2
-    Cfg(2, 64, 136, 5, 8, k=4, stride=2, padding=1),       # phases of 2 taps, lead 1 / 0
+    Cfg(2, 64, 136, 5, 8, k=4, stride=2, padding=1),       # phases of 2 taps, lead 0 / 3
     Cfg(1, 136, 200, 6, 28, k=(3, 3), dilation=(2, 3), padding=(1, 2)),
     Cfg(2, 128, 256, 5, 12, k=3, stride=(1, 2), output_padding=(0, 1), groups=2, bias=True),
     Cfg(5, 64, 136, 21, 64, k=(3, 5), padding=(1, 1), bias=True),
@@ -580,7 +585,7 @@ def test_f16x3_nchw(cfg, monkeypatch):
     (_F16X3_NCHW[0], True),
     (Cfg(1, 64, 128, 8, 32, k=3, stride=2, padding=1, output_padding=1), True),
     (_F16X3_NCHW[1], False),
-], ids=["rows4", "widened1of32", "widened1of3"])
+], ids=["rows4", "widened33to36", "widened18to24"])
 def test_f16x3_nchw_default(cfg, nchw):
     """By default the 3xFP16 kernel reads NCHW x itself where widening its GEMM rows adds at
     most 1/8 (k=(3, 5) at W 20: none; k=3 stride 2 at W 32: 33 -> 36 rows in one phase),
@@ -594,6 +599,29 @@ def test_f16x3_nchw_default(cfg, nchw):
             assert _f16x3_ran(fn), names
             assert any(re.search(_HALO_NCHW, n) for n in names) == nchw, names
             assert _copied_x(names) == (not nchw), names
+
+
+@pytest.mark.parametrize("nchw", [None, "1"], ids=["default", "forced"])
+def test_f16x3_nchw_cropped_columns(nchw, monkeypatch):
+    """Source columns that padding crops (they feed no output) but that a led / widened row
+    of the NCHW-reading kernel still loads: 1e20 there (inside the 3xFP16 range, so no
+    fallback) must not change the item scales. k=3 padding (1, 3) at W 32: lead 1, rows 30
+    -> 32, columns 0 and 31 cropped."""
+    if nchw is not None:
+        monkeypatch.setenv("CONVT2D_F16X3_NCHW", nchw)
+    cfg = Cfg(2, 64, 128, 8, 32, k=3, padding=(1, 3))
+    x, w, b = cfg.make(torch.float32, "cpu")
+    x[:, :, :, 0] = 1e20
+    x[:, :, :, 31] = -1e20
+    ref = F.conv_transpose2d(x.double(), w.double(), b.double(), **cfg.kwargs())
+    xc, wc, bc = x.cuda(), w.cuda(), b.cuda()
+    fn = lambda: convt2d.forward(xc, wc, bc, **cfg.kwargs())  # noqa: E731
+    with _tf32_off():
+        poison("cuda", ref.numel() * 4)
+        assert_close(fn().cpu(), ref, torch.float32, "cpu", "forward")
+        if torch.cuda.get_device_capability() == (9, 0):
+            names = _kernel_names(fn)
+            assert any(re.search(_HALO_NCHW, n) for n in names), names
 
 
 def test_f16x3_nchw_unaligned():
@@ -628,9 +656,10 @@ def _kernel_names(fn):
 
 # The kernels' last template argument kTma = true, demangled or mangled.
 _TMA_TRUE = r", (true|false), true>|ELb[01]ELb1EEEv"
-# tc_halo_kernel<Traits, kChanOut, kTma, kNchw>: kTma = true; kTma and kNchw = true.
-_HALO_TMA_TRUE = r">, (true|false), true(, (true|false))?>|ELb[01]ELb1E(Lb[01]E)?EEv"
-_HALO_NCHW = r">, (true|false), true, true>|ELb[01]ELb1ELb1EEEv"
+# tc_halo_kernel<Traits, kChanOut, kTma, kNchw>: kTma = true; kTma and kNchw = 1 or 2 (NCHW x
+# read by the kernel; 2: with masked quads).
+_HALO_TMA_TRUE = r">, (true|false), true(, \d)?>|ELb[01]ELb1E(Li\dE)?EEv"
+_HALO_NCHW = r">, (true|false), true, [12]>|ELb[01]ELb1ELi[12]EEEv"
 
 
 def _copied_x(names):

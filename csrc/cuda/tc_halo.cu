@@ -428,14 +428,14 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
           load_halo_f32<AR, 2, E>(v, src, a_off, a_y, a_ok, rb, rows, dy, uHs, prm.src.sh,
                                   ct * BK, ct * BK + sub * E, Kc);
       };
-      // Block per tile with TMA weights: thread 0 issues the first item's weight stages (up
-      // to SB) before the halo is loaded, so that their latency overlaps the halo's at the
-      // tile start (stages ib < pre are not issued again below).
       // Tap rows in the order of their source rows (forward: it_y < 0, the last tap row
       // first): a tile's first item then reads the source row that the tiles before it read
       // too (from L2), and the row no tile has read yet (from DRAM) comes last, loaded
       // while the item before it runs.
       auto row_of = [&](int jj) { return t.it_y < 0 ? tap_rows - 1 - jj : jj; };
+      // Block per tile with TMA weights: thread 0 issues the first item's weight stages (up
+      // to SB) before the halo is loaded, so that their latency overlaps the halo's at the
+      // tile start (stages ib < pre are not issued again below).
       int pre = 0;
       if constexpr (Tr::kF16x3 && kPrefetch) {
         if (tid == 0 && tap_rows > 0) {
@@ -1006,9 +1006,10 @@ cudaError_t run_halo_split(const IgemmParams& prm, int64_t max_mv, cudaStream_t 
 // base (a quad of columns 4 j .. 4 j + 3 is then one aligned float4 per channel, inside or
 // outside the row as a whole), and TMA weights. By default it does where the widening of
 // its GEMM rows (lead, then a multiple of 4) adds at most 1/8 to every phase's rows: measured
-// against the copy and the NHWC kernel (perf-notes v18), no widening: seedA 3.679 -> 3.446
-// ms, unet 0.404 -> 0.343; 1/43 more rows: vae 0.445 -> 0.426; 3/17 more: dcgan 0.385 ->
-// 0.388. CONVT2D_F16X3_NCHW=1: wherever it can (tests, A/B), 0: never.
+// against the copy and the NHWC kernel (perf-notes v18), no widening: seedA 3.639 -> 3.435
+// ms, unet 0.398 -> 0.345; 1/43 more rows, quads masked (v18e): vae 0.444 -> 0.442; 3/17
+// more (before the masking): dcgan 0.385 -> 0.388. CONVT2D_F16X3_NCHW=1: wherever it can
+// (tests, A/B), 0: never.
 bool f16x3_nchw_ok(const IgemmParams& prm) {
   const char* en = std::getenv("CONVT2D_F16X3_NCHW");
   const char* et = std::getenv("CONVT2D_F16X3_TMA");

@@ -116,7 +116,7 @@ def torch_requirement():
     return "torch>=2.4"
 
 
-common_sources = (["csrc/ops.cpp", "csrc/glue.cpp"] + sorted(glob.glob("csrc/autograd/*.cpp"))
+common_sources = (["csrc/ops.cpp", "csrc/glue.cpp", "csrc/tuning.cpp"] + sorted(glob.glob("csrc/autograd/*.cpp"))
                   + sorted(glob.glob("csrc/cpu/*.cpp")))
 cuda_sources = sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/cuda/*.cu"))
 # No -std flag: torch's BuildExtension adds the standard its own headers need

@@ -1001,6 +1001,86 @@ def test_autotune_then_graph_capture():
             assert_close(out, ref, dtype, "cuda", "graph replay after tuning")
 
 
+# Tuning is paid once per problem per process: with benchmark on, a second round of the same
+# forward + backward calls times nothing (every op's choice is a cache hit). The shapes cover
+# each tuned op (forward, grad_input, grad_weight): the tensor-core grad_weight tiles, whose
+# heuristic choice once was never cached (it re-tuned on every backward), pix2pix decoder
+# layers (k4 s2 p1) from 2x2 to 32x32, and the direct-kernel territory.
+_TUNE_ONCE_CFGS = _TUNE_CFGS + [
+    Cfg(2, 256, 128, 2, 2, k=4, stride=2, padding=1, bias=True),
+    Cfg(2, 128, 64, 16, 16, k=4, stride=2, padding=1, bias=False),
+]
+
+
+def _fwd_bwd_round(dtypes, layouts, amp=False):
+    for cfg in _TUNE_ONCE_CFGS:
+        for dtype, math in dtypes:
+            for layout in layouts:
+                x, w, b = cfg.make(torch.float32 if amp else dtype, "cuda")
+                if layout == "channels_last":
+                    x = x.contiguous(memory_format=torch.channels_last)
+                with torch.backends.cudnn.flags(enabled=True, benchmark=True,
+                                                allow_tf32=(math == "tf32")):
+                    if amp:
+                        with torch.autocast("cuda", dtype=dtype):
+                            xl, wl = x.detach().requires_grad_(), w.detach().requires_grad_()
+                            out = convt2d.forward(xl, wl, b, **cfg.kwargs())
+                            torch.autograd.grad(out, [xl, wl], torch.randn_like(out))
+                    else:
+                        check(x, w, b, cfg.kwargs(), what=f"{cfg.id()} {dtype} {math} {layout} ")
+
+
+_TUNE_DTYPES = [(torch.bfloat16, "-"), (torch.float16, "-"), (torch.float32, "tf32"),
+                (torch.float32, "ieee")]
+
+
+def test_autotune_tunes_once_per_problem():
+    """Two identical rounds of forward + backward over shapes x dtypes x math modes x layouts x
+    bias: the first tunes (and is right), the second does no timing at all."""
+    convt2d.clear_tuning_cache()
+    layouts = ["nchw", "channels_last"]
+    _fwd_bwd_round(_TUNE_DTYPES, layouts)
+    first = convt2d.info()["autotune"]
+    assert first["tunings"] > 0, "benchmark on, yet nothing was tuned"
+    assert first["tunings"] == first["entries"]
+    log = convt2d.tuning_log()
+    assert len(log) == first["entries"]
+    ops = {r["key"].split(",")[0] for r in log}
+    assert {"fwd", "dgrad", "wgrad"} <= ops, ops
+    for r in log:
+        names = [c["name"] for c in r["candidates"]]
+        assert r["chosen"] in names and "heuristic" in names, r
+        timed = [c for c in r["candidates"] if c["ms"] is not None]
+        assert timed, f"no candidate ran: {r}"
+        assert all(c["ms"] > 0 for c in timed), r
+    _fwd_bwd_round(_TUNE_DTYPES, layouts)
+    second = convt2d.info()["autotune"]
+    assert second["tunings"] == first["tunings"], (
+        f"the second identical round tuned again: {second['tunings'] - first['tunings']} problems")
+    assert second["cache_hits"] > first["cache_hits"]
+
+
+def test_autotune_once_under_autocast():
+    convt2d.clear_tuning_cache()
+    for dtype in (torch.bfloat16, torch.float16):
+        _fwd_bwd_round([(dtype, "-")], ["nchw"], amp=True)
+        n = convt2d.info()["autotune"]["tunings"]
+        assert n > 0
+        _fwd_bwd_round([(dtype, "-")], ["nchw"], amp=True)
+        assert convt2d.info()["autotune"]["tunings"] == n
+
+
+def test_autotune_keeps_the_heuristic_within_noise():
+    """The heuristics' choice is kept unless a candidate beats it by more than the noise
+    margin (3% + 1 us): the chosen candidate's time is never above the heuristic's."""
+    convt2d.clear_tuning_cache()
+    _fwd_bwd_round([(torch.bfloat16, "-")], ["nchw"])
+    for r in convt2d.tuning_log():
+        t = {c["name"]: c["ms"] for c in r["candidates"] if c["ms"] is not None}
+        if r["chosen"] != "heuristic" and "heuristic" in t:
+            assert t[r["chosen"]] * 1.03 + 0.001 < t["heuristic"], r
+
+
 # The direct kernel (forced with CONVT2D_KERNEL=direct) on odd shapes: one tap per phase
 # (seedC-like), groups with 8 channels per group (seedD-like), channel counts that are not
 # multiples of 16, 8 and 4 output channels per group (its 8- and 4-channel variants), several

@@ -3,12 +3,16 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Logging.h>
 #include <torch/library.h>
 
+#include "common/tuning.h"
 #include "cuda/kernels.h"
 #include "glue.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -113,12 +117,16 @@ const char* kernel_override() {
 }
 
 // ---- autotuning (torch.backends.cudnn.benchmark = True) ---------------------------
-// Like cuDNN's algorithm search: the first call of a shape times every candidate
-// kernel choice (one warm-up run, then the best of three runs timed with CUDA
-// events on the current stream) and caches the fastest per (op, problem, dtype,
-// math mode, input layout, bias, device). Later calls, and CUDA graph captures,
-// use the cached choice; a capture never tunes (it falls back to the heuristics).
-// Off unless cudnn.benchmark is set or a CONVT2D_KERNEL override is given.
+// Like cuDNN's algorithm search: the first call of a problem times every candidate
+// kernel choice, the heuristics' own choice among them, and caches the outcome per
+// (op, problem, dtype, math mode, input layout, bias, device) in common/tuning.h. Every
+// later call of the problem, and every CUDA graph capture, uses the cached choice and
+// times nothing; a capture never tunes (it runs the heuristics' choice).
+// The outcome is cached whatever it is: a candidate that fails is skipped (its error is
+// kept in the record, convt2d.tuning_log()), and where every candidate fails, or none
+// beats the heuristics' choice by more than the timing noise, the heuristics' choice
+// (tuning::kHeuristic) is what is cached.
+// Off unless cudnn.benchmark is set, and off under a CONVT2D_KERNEL override.
 bool autotune_on() { return at::globalContext().benchmarkCuDNN() && !*kernel_override(); }
 
 std::string tune_key(const char* op, const Problem& p, DType dt, MathMode math,
@@ -131,64 +139,143 @@ std::string tune_key(const char* op, const Problem& p, DType dt, MathMode math,
   }
   const char* layout = x.is_contiguous() ? "nchw"
                        : x.is_contiguous(at::MemoryFormat::ChannelsLast) ? "nhwc" : "strided";
-  k += '|' + std::to_string(int(dt)) + '|' + std::to_string(int(math)) + '|' + layout +
-       (bias ? "|bias|" : "|-|") + std::to_string(x.get_device());
+  static const char* const dtypes[] = {"f32", "f64", "f16", "bf16"};
+  static const char* const maths[] = {"default", "tf32", "ieee"};
+  k += std::string("|") + dtypes[int(dt)] + '|' + maths[int(math)] + '|' + layout +
+       (bias ? "|bias|cuda:" : "|-|cuda:") + std::to_string(x.get_device());
   return k;
 }
 
-// Index of the fastest of `cands` (run(c) launches candidate c on `st`), or -1:
-// tuning off, fewer than two candidates, or a stream capture in progress.
-int autotune(const std::string& key, const std::vector<int>& cands,
+// One autotune candidate: an id the caller's run() understands (tuning::kHeuristic: the
+// heuristics' choice) and a name for the record.
+struct Candidate {
+  int id;
+  const char* name;
+};
+
+// Median time of candidate c in ms, as a training step sees it: per run the larger of
+// its GPU time (CUDA events) and its host time (launch work, allocation), with L2
+// flushed before each run (a 2 x L2 memset), after one untimed warm-up run. Runs enough
+// repetitions that a microsecond kernel is timed over about 2 ms (5 to 40 runs).
+double time_candidate(int c, const std::function<void(int)>& run, cudaStream_t st,
+                      void* flush, size_t flush_bytes) {
+  using clock = std::chrono::steady_clock;
+  struct Events {
+    std::vector<cudaEvent_t> ev;
+    ~Events() {
+      for (cudaEvent_t e : ev) cudaEventDestroy(e);
+    }
+  } evs;
+  auto event = [&]() {
+    cudaEvent_t e = nullptr;
+    check_launch(cudaEventCreate(&e), "autotune event");
+    evs.ev.push_back(e);
+    return e;
+  };
+  // Warm-up (workspace allocation, first-launch costs) and a first estimate.
+  cudaEvent_t w0 = event(), w1 = event();
+  check_launch(cudaEventRecord(w0, st), "autotune event");
+  auto h0 = clock::now();
+  run(c);
+  double host_ms = std::chrono::duration<double, std::milli>(clock::now() - h0).count();
+  check_launch(cudaEventRecord(w1, st), "autotune event");
+  check_launch(cudaEventSynchronize(w1), "autotune warm-up");
+  float est = 0.f;
+  check_launch(cudaEventElapsedTime(&est, w0, w1), "autotune event");
+  const double first = std::max<double>(est, host_ms);
+  const int reps = int(std::min(40.0, std::max(5.0, std::ceil(2.0 / std::max(first, 1e-3)))));
+  std::vector<cudaEvent_t> e0(reps), e1(reps);
+  std::vector<double> host(reps);
+  for (int r = 0; r < reps; ++r) {
+    e0[r] = event();
+    e1[r] = event();
+  }
+  for (int r = 0; r < reps; ++r) {
+    check_launch(cudaMemsetAsync(flush, r & 0xff, flush_bytes, st), "autotune L2 flush");
+    check_launch(cudaEventRecord(e0[r], st), "autotune event");
+    h0 = clock::now();
+    run(c);
+    host[r] = std::chrono::duration<double, std::milli>(clock::now() - h0).count();
+    check_launch(cudaEventRecord(e1[r], st), "autotune event");
+  }
+  check_launch(cudaEventSynchronize(e1[reps - 1]), "autotune run");
+  std::vector<double> t(reps);
+  for (int r = 0; r < reps; ++r) {
+    float ms = 0.f;
+    check_launch(cudaEventElapsedTime(&ms, e0[r], e1[r]), "autotune event");
+    t[r] = std::max<double>(ms, host[r]);
+  }
+  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
+  return t[reps / 2];
+}
+
+// A candidate must beat the heuristics' choice by more than this to replace it: the
+// run-to-run spread of medians measured on one problem (about 1-2% on the H100) with a
+// margin, plus 1 us for microsecond kernels.
+constexpr double kTuneRelNoise = 0.03;
+constexpr double kTuneAbsNoiseMs = 0.001;
+
+// The id to run for `key`: the cached outcome, else (tuning on, not capturing, at least
+// two candidates) the outcome of timing `cands` now, which is then cached; else
+// tuning::kHeuristic. `cands` must hold tuning::kHeuristic.
+int autotune(const std::string& key, const std::vector<Candidate>& cands,
              const std::function<void(int)>& run, cudaStream_t st) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, int> cache;
-  if (cands.size() < 2) return -1;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
+  if (cands.size() < 2) return tuning::kHeuristic;
+  int cached = tuning::kHeuristic;
+  if (tuning::lookup(key, &cached)) {
+    for (const Candidate& c : cands)
+      if (c.id == cached) return cached;
+    return tuning::kHeuristic;  // (a choice that does not apply to these tensors)
   }
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return -1;
-  // Destroyed on every path, including an exception from a candidate or the cache.
-  struct Events {
-    cudaEvent_t a = nullptr, b = nullptr;
-    ~Events() {
-      if (a) cudaEventDestroy(a);
-      if (b) cudaEventDestroy(b);
-    }
-  } ev;
-  check_launch(cudaEventCreate(&ev.a), "autotune event");
-  check_launch(cudaEventCreate(&ev.b), "autotune event");
-  cudaEvent_t e0 = ev.a, e1 = ev.b;
-  float best = std::numeric_limits<float>::infinity();
-  int choice = -1;
-  for (int c : cands) {
-    float t = std::numeric_limits<float>::infinity();
+  if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+    return tuning::kHeuristic;
+  const size_t flush_bytes =
+      2 * size_t(std::max(at::cuda::getCurrentDeviceProperties()->l2CacheSize, 1 << 20));
+  const at::Tensor flush =
+      at::empty({int64_t(flush_bytes)}, at::TensorOptions().dtype(at::kByte).device(
+                                            at::kCUDA, c10::cuda::current_device()));
+  tuning::Record rec;
+  rec.key = key;
+  double heur_ms = -1, best_ms = -1;
+  int best = tuning::kHeuristic;
+  for (const Candidate& c : cands) {
+    tuning::CandidateTime ct;
+    ct.name = c.name;
     try {
-      run(c);  // warm-up: workspace allocation, first-launch costs
-      for (int r = 0; r < 3; ++r) {
-        cudaEventRecord(e0, st);
-        run(c);
-        cudaEventRecord(e1, st);
-        float ms = 0.f;
-        if (cudaEventSynchronize(e1) == cudaSuccess &&
-            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess)
-          t = std::min(t, ms);
-      }
-    } catch (const c10::Error&) {
+      ct.ms = time_candidate(c.id, run, st, flush.data_ptr(), flush_bytes);
+    } catch (const std::exception& e) {
       // A candidate that cannot run here (launch refused, workspace out of memory) is
       // skipped and the launch error cleared. A device-side fault is sticky: it is not
       // cleared, and the next CUDA call reports it.
       (void)cudaGetLastError();
+      std::string msg = e.what();
+      msg = msg.substr(0, msg.find('\n'));
+      ct.skipped = msg.empty() ? "error" : msg;
+      ct.ms = -1;
     }
-    if (t < best) { best = t; choice = c; }
+    if (ct.ms >= 0) {
+      if (c.id == tuning::kHeuristic) heur_ms = ct.ms;
+      if (best_ms < 0 || ct.ms < best_ms) {
+        best_ms = ct.ms;
+        best = c.id;
+      }
+    }
+    rec.candidates.push_back(std::move(ct));
   }
-  if (choice >= 0) {
-    std::lock_guard<std::mutex> lock(mu);
-    cache.emplace(key, choice);
-  }
-  return choice;
+  // Within the noise of the heuristics' choice: keep it.
+  if (heur_ms >= 0 && heur_ms <= best_ms * (1 + kTuneRelNoise) + kTuneAbsNoiseMs)
+    best = tuning::kHeuristic;
+  for (const Candidate& c : cands)
+    if (c.id == best) rec.chosen = c.name;
+  // The debug log (TORCH_CPP_LOG_LEVEL=INFO); convt2d.tuning_log() returns the same.
+  std::string line = "convt2d autotune " + key + ":";
+  for (const tuning::CandidateTime& ct : rec.candidates)
+    line += " " + ct.name + (ct.skipped.empty() ? " " + std::to_string(ct.ms) + " ms;"
+                                                : " skipped (" + ct.skipped + ");");
+  LOG(INFO) << line << " -> " << rec.chosen;
+  tuning::store(key, best, std::move(rec));
+  return best;
 }
 
 // One implicit GEMM (forward per phase, or grad_input): the tensor-core v2
@@ -378,73 +465,76 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
                         out.is_contiguous() && cuda::patch_gemm_supported(p, dt);
   const bool direct_ok = cuda::direct_forward_fits(p, dt) && dt != DType::kDouble;
   const bool narrow_ok = cuda::narrow_forward_supported(p, dt);  // checks the dtype
+  // The heuristics' choice.
+  auto run_heuristic = [&]() {
+    // Memory-bound shapes (few reduced channels per output, or few outputs per
+    // group) go to the direct kernel; the rest are implicit GEMMs. 8 to 31 outputs per
+    // group with 256 or more reduced channels per output are compute-bound: the
+    // implicit GEMM measured faster there despite its narrow N (off-suite, perf-notes
+    // v13: Cin 128 -> Cout 24 k3 s2 fp32 0.175 -> 0.037 ms, 64 -> 8 k4 s2 0.068 ->
+    // 0.046; a stride-1 Cin 32 -> 16 k3 at 288 lost 0.029 -> 0.033). Below 8 outputs
+    // (a GAN's RGB layer) the GEMM's 3xTF32 variant lost badly (64 -> 3 k4 s2 with TF32
+    // off 0.222 -> 0.530 ms), so those stay direct (the narrow kernel above takes 1..8
+    // outputs per group first where it applies). Only where the tensor-core GEMM
+    // takes the channels (whole 16-byte chunks).
+    const double k_per_output = double(p.cin_g() * p.kh * p.kw) / double(p.sh * p.sw);
+    const char* ko = kernel_override();
+    // 1..8 outputs per group with >= kNarrowMinK reduced channels per output and x rows
+    // contiguous (its loads run along W): the narrow kernel (CONVT2D_NARROW=0: never).
+    const char* nw_env = std::getenv("CONVT2D_NARROW");
+    const bool narrow_default = !*ko && (nw_env == nullptr || nw_env[0] != '0') &&
+                                p.cout_g() <= 8 && k_per_output >= kNarrowMinK &&
+                                input.stride(3) == 1;
+    if (narrow_ok && (narrow_default || std::strcmp(ko, "narrow") == 0) && run_narrow())
+      return;
+    const bool tc_gemm = dt != DType::kDouble && p.cin_g() % chunk_elems(dt) == 0;
+    const bool gemm_ok = tc_gemm && p.cout_g() >= 8 && k_per_output >= 256;
+    bool memory_bound = (p.cout_g() < 32 && !gemm_ok) || k_per_output < 64 || !is_sm80_plus();
+    if (std::strcmp(ko, "direct") == 0) memory_bound = true;
+    if (std::strcmp(ko, "patch") == 0) memory_bound = false;
+    if (std::strcmp(ko, "tc") == 0 || std::strcmp(ko, "v1") == 0) memory_bound = false;
+    if (memory_bound && direct_ok) {
+      run_direct();
+      return;
+    }
+    // Compute-bound kernel == stride shapes (U-Net's k=2 s=2): the patch GEMM, unless an
+    // override names another kernel (CONVT2D_KERNEL=tc: the per-phase implicit GEMM). Not
+    // by default for fp32 with TF32 off: its 3xTF32 variant (one block per SM) measured
+    // slower than the halo kernel's (unet 0.71 vs 0.69 ms).
+    const bool patch_default = !*ko && math != MathMode::kIEEE;
+    if (patch_ok && (patch_default || std::strcmp(ko, "patch") == 0) && run_patch()) return;
+    run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st);
+  };
+
   if (autotune_on()) {
-    // 0: direct kernel, 1: implicit GEMM, 2: implicit GEMM on the Hopper
-    // warp-specialised kernel (tested for Cout/groups >= 64), 3: the Hopper
-    // halo kernel (where it does not apply, 3 runs what the heuristic picks), 4: the
-    // patch GEMM (kernel == stride, NCHW), 5: the narrow kernel (1..8 outputs per group).
-    std::vector<int> cands;
-    if (patch_ok) cands.push_back(4);
-    if (narrow_ok) cands.push_back(5);
-    if (direct_ok) cands.push_back(0);
+    // The direct kernel; the implicit GEMM (igemm: on Hopper its two-block kernel, elsewhere
+    // the mma.sync one), on the Hopper warp-specialised kernel (igemm_ws, tested for
+    // Cout/groups >= 64) or on the Hopper halo kernel (igemm_halo; where either does not
+    // apply, what the launcher picks); the patch GEMM (kernel == stride, NCHW); the narrow
+    // kernel (1..8 outputs per group).
+    std::vector<Candidate> cands{{tuning::kHeuristic, "heuristic"}};
+    if (patch_ok) cands.push_back({4, "patch_gemm"});
+    if (narrow_ok) cands.push_back({5, "narrow"});
+    if (direct_ok) cands.push_back({0, "direct"});
     if (is_sm80_plus() && dt != DType::kDouble) {
-      cands.push_back(1);
+      cands.push_back({1, "igemm"});
       if (p.cout_g() >= 64) {
-        cands.push_back(2);
-        cands.push_back(3);
+        cands.push_back({2, "igemm_ws"});
+        cands.push_back({3, "igemm_halo"});
       }
     }
     auto run = [&](int c) {
-      if (c == 0) run_direct();
+      if (c == tuning::kHeuristic) run_heuristic();
+      else if (c == 0) run_direct();
       else if (c == 4 && run_patch()) return;
       else if (c == 5 && run_narrow()) return;
       else run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st,
                      c >= 4 ? -1 : c - 1);
     };
-    const int c = autotune(tune_key("fwd", p, dt, math, input, b.defined()), cands, run, st);
-    if (c >= 0) {
-      run(c);
-      return out;
-    }
-  }
-
-  // Memory-bound shapes (few reduced channels per output, or few outputs per
-  // group) go to the direct kernel; the rest are implicit GEMMs. 8 to 31 outputs per
-  // group with 256 or more reduced channels per output are compute-bound: the
-  // implicit GEMM measured faster there despite its narrow N (off-suite, perf-notes
-  // v13: Cin 128 -> Cout 24 k3 s2 fp32 0.175 -> 0.037 ms, 64 -> 8 k4 s2 0.068 ->
-  // 0.046; a stride-1 Cin 32 -> 16 k3 at 288 lost 0.029 -> 0.033). Below 8 outputs
-  // (a GAN's RGB layer) the GEMM's 3xTF32 variant lost badly (64 -> 3 k4 s2 with TF32
-  // off 0.222 -> 0.530 ms), so those stay direct (the narrow kernel above takes 1..8
-  // outputs per group first where it applies). Only where the tensor-core GEMM
-  // takes the channels (whole 16-byte chunks).
-  const double k_per_output = double(p.cin_g() * p.kh * p.kw) / double(p.sh * p.sw);
-  const char* ko = kernel_override();
-  // 1..8 outputs per group with >= kNarrowMinK reduced channels per output and x rows
-  // contiguous (its loads run along W): the narrow kernel (CONVT2D_NARROW=0: never).
-  const char* nw_env = std::getenv("CONVT2D_NARROW");
-  const bool narrow_default = !*ko && (nw_env == nullptr || nw_env[0] != '0') &&
-                              p.cout_g() <= 8 && k_per_output >= kNarrowMinK &&
-                              input.stride(3) == 1;
-  if (narrow_ok && (narrow_default || std::strcmp(ko, "narrow") == 0) && run_narrow())
-    return out;
-  const bool tc_gemm = dt != DType::kDouble && p.cin_g() % chunk_elems(dt) == 0;
-  const bool gemm_ok = tc_gemm && p.cout_g() >= 8 && k_per_output >= 256;
-  bool memory_bound = (p.cout_g() < 32 && !gemm_ok) || k_per_output < 64 || !is_sm80_plus();
-  if (std::strcmp(ko, "direct") == 0) memory_bound = true;
-  if (std::strcmp(ko, "patch") == 0) memory_bound = false;
-  if (std::strcmp(ko, "tc") == 0 || std::strcmp(ko, "v1") == 0) memory_bound = false;
-  if (memory_bound && direct_ok) {
-    run_direct();
+    run(autotune(tune_key("fwd", p, dt, math, input, b.defined()), cands, run, st));
     return out;
   }
-  // Compute-bound kernel == stride shapes (U-Net's k=2 s=2): the patch GEMM, unless an
-  // override names another kernel (CONVT2D_KERNEL=tc: the per-phase implicit GEMM). Not
-  // by default for fp32 with TF32 off: its 3xTF32 variant (one block per SM) measured
-  // slower than the halo kernel's (unet 0.71 vs 0.69 ms).
-  const bool patch_default = !*ko && math != MathMode::kIEEE;
-  if (patch_ok && (patch_default || std::strcmp(ko, "patch") == 0) && run_patch()) return out;
-  run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st);
+  run_heuristic();
   return out;
 }
 
@@ -493,7 +583,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
           auto run = [&](int c) {
             run_igemm(cuda::IgemmMode::kDgrad, gout, gi, wv, at::Tensor(), p, dt, math, st, c);
           };
-          ws = autotune(tune_key("dgrad", p, dt, math, go, false), {0, 1, 2}, run, st);
+          // The launcher's choice (heuristic) or one of its implicit-GEMM kernels
+          // (cuda::IgemmParams::ws).
+          ws = autotune(tune_key("dgrad", p, dt, math, go, false),
+                        {{tuning::kHeuristic, "heuristic"}, {0, "igemm"}, {1, "igemm_ws"},
+                         {2, "igemm_halo"}},
+                        run, st);
         }
         run_igemm(cuda::IgemmMode::kDgrad, gout, gi, wv, at::Tensor(), p, dt, math, st, ws);
       }
@@ -586,10 +681,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
             };
             int tile = -1;
             if (autotune_on() && math != MathMode::kIEEE) {
-              // -1: the heuristic's choice, which is the wgmma kernel where it applies
-              // (not one of the numbered mma.sync tiles).
-              std::vector<int> tiles{-1};
-              for (int t = 0; t < cuda::kTcWgradTiles; ++t) tiles.push_back(t);
+              // The heuristics' choice (the wgmma kernel where it applies) or one of
+              // the numbered mma.sync tiles.
+              static const char* const names[] = {"tc_wgrad_tile0", "tc_wgrad_tile1",
+                                                  "tc_wgrad_tile2", "tc_wgrad_tile3",
+                                                  "tc_wgrad_tile4", "tc_wgrad_tile5",
+                                                  "tc_wgrad_tile6", "tc_wgrad_tile7"};
+              static_assert(cuda::kTcWgradTiles <= 8, "name the new tiles");
+              std::vector<Candidate> tiles{{tuning::kHeuristic, "heuristic"}};
+              for (int t = 0; t < cuda::kTcWgradTiles; ++t) tiles.push_back({t, names[t]});
               tile = autotune(tune_key("wgrad", p, dt, math, input, false), tiles, run, st);
             }
             run(tile);

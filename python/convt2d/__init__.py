@@ -5,12 +5,16 @@
     m = convt2d.ConvTranspose2d(64, 32, 4, stride=2, padding=1)   # nn.ConvTranspose2d drop-in
     model = convt2d.convert(model)                                 # swap every nn.ConvTranspose2d
 
+``convt2d.info()`` (or ``python -m convt2d.info``) says what the install is and what
+``torch.backends.cudnn.benchmark = True`` has tuned (``convt2d.tuning_log()``).
+
 The ops are registered as ``torch.ops.convt2d.forward`` and ``torch.ops.convt2d.backward``.
 """
 import torch  # noqa: F401  (loads libc10/libtorch before the extension)
 
 from . import _C  # noqa: F401  (loads the compiled ops)
 from . import _ops  # noqa: F401  (autograd and fake kernels)
+from ._info import clear_tuning_cache, info, tuning_log
 from .functional import conv_transpose2d, forward
 from .modules import ConvTranspose2d, convert
 
@@ -22,4 +26,5 @@ def cuda_available() -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key("convt2d::forward", "CUDA")
 
 
-__all__ = ["forward", "conv_transpose2d", "ConvTranspose2d", "convert", "cuda_available"]
+__all__ = ["forward", "conv_transpose2d", "ConvTranspose2d", "convert", "cuda_available", "info",
+           "tuning_log", "clear_tuning_cache"]

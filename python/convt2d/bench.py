@@ -1,6 +1,7 @@
 """Benchmark convt2d against torch.nn.functional.conv_transpose2d.
 
-    python -m convt2d.bench                       # CUDA: full suite, fp32 + bf16, fwd + bwd
+    python -m convt2d.bench                       # CUDA: full suite, fp32 + bf16, fwd, bwd,
+                                                  # fwd + bwd with cudnn.benchmark on
     python -m convt2d.bench --cpu --quick         # CPU smoke run on scaled-down shapes
     python -m convt2d.bench --dtypes fp32,bf16,fp16,fp32-ieee --passes fwd,bwd,fwdbwd
     python -m convt2d.bench --impl torch-as-both  # times torch against itself (harness test)
@@ -16,6 +17,10 @@ Passes:
           torch and torch.ops.convt2d.backward(..., [True, True, False]) for convt2d. Nothing but
           the backward call is timed.
   fwdbwd  forward + torch.autograd.grad(out, [x, w], grad_out) through autograd.
+  fwdbwd-tuned  fwdbwd with torch.backends.cudnn.benchmark = True for both sides (each tunes
+          on its first, untimed call), plus convt2d's time with it off ("off ms"): the
+          "on / off" column shows what tuning gains or costs convt2d per call (on the suite it
+          must stay <= 1.05). In the default passes.
 
 dtypes:
   fp32       torch defaults: cudnn.allow_tf32 = True (cuBLAS matmul flag left at its default).
@@ -137,8 +142,10 @@ SUITE: List[Config] = [
 
 DTYPES = {"fp32": torch.float32, "fp32-ieee": torch.float32, "bf16": torch.bfloat16,
           "fp16": torch.float16}
-PASSES = ("fwd", "bwd", "fwdbwd")
-PASS_FLOP_MULT = {"fwd": 1, "bwd": 2, "fwdbwd": 3}
+PASSES = ("fwd", "bwd", "fwdbwd", "fwdbwd-tuned")
+PASS_FLOP_MULT = {"fwd": 1, "bwd": 2, "fwdbwd": 3, "fwdbwd-tuned": 3}
+# What each pass computes (fwdbwd-tuned is fwdbwd timed under cudnn.benchmark = True).
+PASS_BASE = {"fwd": "fwd", "bwd": "bwd", "fwdbwd": "fwdbwd", "fwdbwd-tuned": "fwdbwd"}
 
 # Used when nothing is measured (and no flag given). H100 SXM-ish dense numbers.
 DEFAULT_PEAKS_CUDA = {"bf16": 800.0, "fp16": 800.0, "tf32": 400.0, "fp32": 60.0, "bw": 3.0}
@@ -210,6 +217,17 @@ def precision(dtype_name: str):
             yield
         finally:
             torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
+
+
+@contextlib.contextmanager
+def cudnn_benchmark(on: bool):
+    """torch.backends.cudnn.benchmark = on, restored after (nothing else changed)."""
+    old = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = on
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = old
 
 
 def tf32_flags() -> Dict[str, bool]:
@@ -414,6 +432,7 @@ class Convt2dImpl:
 
 
 def make_inputs(cfg: Config, dtype, device, pass_name, gen, requires_grad=False):
+    pass_name = PASS_BASE[pass_name]
     kh, kw = cfg.k
     ho, wo = cfg.out_hw
     fan = max(1.0, (cfg.Cin // cfg.groups) * kh * kw / (cfg.stride[0] * cfg.stride[1]))
@@ -441,6 +460,7 @@ def set_bytes(s) -> int:
 
 def make_call(impl, cfg: Config, pass_name: str):
     """fn(set) -> tuple of result tensors."""
+    pass_name = PASS_BASE[pass_name]
     stride, padding, output_padding, groups, dilation = cfg.args()
     if pass_name == "fwd":
         def call(s):
@@ -461,6 +481,7 @@ def make_call(impl, cfg: Config, pass_name: str):
 
 def reference(cfg: Config, pass_name: str, s) -> Tuple[torch.Tensor, ...]:
     """float64 results from the same (rounded) inputs, via F.conv_transpose2d / autograd."""
+    pass_name = PASS_BASE[pass_name]
     stride, padding, output_padding, groups, dilation = cfg.args()
     x = s["x"].detach().double()
     w = s["w"].detach().double()
@@ -502,7 +523,7 @@ def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, 
     fl = cfg.fwd_flops() * PASS_FLOP_MULT[pass_name]
     fwd_b = (n["x"] + n["w"] + n["out"] + n["b"]) * es
     bwd_b = (n["out"] + 2 * n["x"] + 2 * n["w"]) * es
-    nbytes = {"fwd": fwd_b, "bwd": bwd_b, "fwdbwd": fwd_b + bwd_b}[pass_name]
+    nbytes = {"fwd": fwd_b, "bwd": bwd_b, "fwdbwd": fwd_b + bwd_b}[PASS_BASE[pass_name]]
     peak = peaks[PEAK_KEY[dtype_name]]
     if dtype_name == "fp32-ieee" and device != "cpu":  # 3xTF32 / 3xFP16 on tensor cores
         peak = max([peak] + [peaks[k] / 3 for k in ("tf32", "fp16") if k in peaks])
@@ -513,7 +534,7 @@ def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, 
         "bound": "compute" if fl / (peak * 1e12) >= nbytes / (peaks["bw"] * 1e12) else "memory",
         "torch_ms": None, "convt2d_ms": None, "speedup": None, "err": None, "torch_err": None,
         "pct_floor": None, "torch_pct_floor": None, "error": None, "torch_error": None,
-        "n_sets": 1,
+        "n_sets": 1, "convt2d_off_ms": None, "on_off": None, "err_off": None,
     }
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     sets: List[Dict[str, Any]] = []
@@ -538,14 +559,19 @@ def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, 
         _cleanup(device)
         return row
 
-    grad_ctx = torch.enable_grad if pass_name == "fwdbwd" else torch.no_grad
-    for side, impl in (("torch", impls[0]), ("convt2d", impls[1])):
+    grad_ctx = torch.enable_grad if PASS_BASE[pass_name] == "fwdbwd" else torch.no_grad
+    tuned = pass_name == "fwdbwd-tuned"
+    on = True if tuned else bool(args.cudnn_benchmark)
+    sides = [("torch", impls[0], on), ("convt2d", impls[1], on)]
+    if tuned:
+        sides.append(("convt2d_off", impls[1], False))
+    for side, impl, bench_on in sides:
         key_ms = f"{side}_ms"
-        key_err = "torch_err" if side == "torch" else "err"
+        key_err = {"torch": "torch_err", "convt2d": "err", "convt2d_off": "err_off"}[side]
         key_error = "torch_error" if side == "torch" else "error"
         try:
             call = make_call(impl, cfg, pass_name)
-            with precision(dtype_name), grad_ctx():
+            with precision(dtype_name), grad_ctx(), cudnn_benchmark(bench_on):
                 got = call(sets[0])
                 sync()
                 row[key_err] = rel_err(got, ref)
@@ -568,6 +594,8 @@ def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, 
                 pass
     if row["torch_ms"] and row["convt2d_ms"]:
         row["speedup"] = row["torch_ms"] / row["convt2d_ms"]
+    if row["convt2d_off_ms"] and row["convt2d_ms"]:
+        row["on_off"] = row["convt2d_ms"] / row["convt2d_off_ms"]
     if row["convt2d_ms"]:
         row["pct_floor"] = floor_ms / row["convt2d_ms"] * 100
     if row["torch_ms"]:
@@ -584,6 +612,125 @@ def _cleanup(device):
             torch.cuda.empty_cache()
         except Exception:
             pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole training steps (--e2e)
+# ---------------------------------------------------------------------------------------------
+
+
+def _dcgan_generator(nz=100, ngf=64, nc=3):
+    """DCGAN's generator (Radford et al. 2016; the PyTorch examples' dcgan/main.py)."""
+    import torch.nn as nn
+
+    layers, c_in = [], nz
+    for i, c_out in enumerate([ngf * 8, ngf * 4, ngf * 2, ngf]):
+        layers += [nn.ConvTranspose2d(c_in, c_out, 4, 1 if i == 0 else 2, 0 if i == 0 else 1,
+                                      bias=False), nn.BatchNorm2d(c_out), nn.ReLU(True)]
+        c_in = c_out
+    layers += [nn.ConvTranspose2d(c_in, nc, 4, 2, 1, bias=False), nn.Tanh()]
+    return nn.Sequential(*layers)
+
+
+def _pix2pix_unet256(ngf=64, nc=3):
+    """pix2pix's U-Net-256 generator (Isola et al. 2017; its UnetGenerator with 8 downs,
+    BatchNorm, no dropout): stride-2 k4 convs down to 1x1, transposed convs back up with skip
+    concatenation."""
+    import torch.nn as nn
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            enc = [nc, ngf, ngf * 2, ngf * 4] + [ngf * 8] * 5
+            self.downs = nn.ModuleList()
+            for i in range(8):
+                m = [nn.LeakyReLU(0.2, True)] if i else []
+                m.append(nn.Conv2d(enc[i], enc[i + 1], 4, 2, 1, bias=False))
+                if 0 < i < 7:
+                    m.append(nn.BatchNorm2d(enc[i + 1]))
+                self.downs.append(nn.Sequential(*m))
+            self.ups = nn.ModuleList()
+            for i in range(8):  # innermost first
+                c_in = enc[8 - i] * (1 if i == 0 else 2)
+                c_out = enc[7 - i] if i < 7 else nc
+                m = [nn.ReLU(True), nn.ConvTranspose2d(c_in, c_out, 4, 2, 1, bias=(i == 7))]
+                m.append(nn.BatchNorm2d(c_out) if i < 7 else nn.Tanh())
+                self.ups.append(nn.Sequential(*m))
+
+        def forward(self, x):
+            skips = []
+            for d in self.downs:
+                x = d(x)
+                skips.append(x)
+            x = self.ups[0](skips[-1])
+            for i in range(1, 8):
+                x = self.ups[i](torch.cat([x, skips[7 - i]], 1))
+            return x
+
+    return UNet()
+
+
+E2E_MODELS = {
+    # name: (builder, batch, input shape without batch)
+    "dcgan-G": (_dcgan_generator, 128, (100, 1, 1)),
+    "pix2pix-G": (_pix2pix_unet256, 8, (3, 256, 256)),
+}
+
+
+def run_e2e(timer, args) -> List[Dict[str, Any]]:
+    """Training-step time (forward, MSE loss, backward, SGD step) of each model with
+    nn.ConvTranspose2d against convt2d.convert(model), fp32 (torch defaults) and bf16 autocast,
+    with cudnn.benchmark off and on (both sides)."""
+    import copy
+
+    import convt2d
+
+    rows = []
+    for name, (build, n, shape) in E2E_MODELS.items():
+        for mode in ("fp32", "bf16-autocast"):
+            for bench_on in (False, True):
+                torch.manual_seed(args.seed)
+                ref_model = build().cuda()
+                ours = convt2d.convert(copy.deepcopy(ref_model))
+                x = torch.randn(n, *shape, device="cuda")
+                with torch.no_grad():
+                    target = torch.randn_like(ref_model(x))
+                row = {"model": name, "mode": mode, "cudnn_benchmark": bench_on}
+                for side, model in (("torch", ref_model), ("convt2d", ours)):
+                    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+                    def step(model=model, opt=opt):
+                        opt.zero_grad(set_to_none=True)
+                        with torch.autocast("cuda", dtype=torch.bfloat16,
+                                            enabled=(mode == "bf16-autocast")):
+                            out = model(x)
+                        loss = F.mse_loss(out.float(), target)
+                        loss.backward()
+                        opt.step()
+
+                    with cudnn_benchmark(bench_on):
+                        step()  # tunes (benchmark on), first-call costs
+                        torch.cuda.synchronize()
+                        row[f"{side}_ms"] = timer(step)
+                row["speedup"] = row["torch_ms"] / row["convt2d_ms"]
+                rows.append(row)
+                print(f"[e2e] {name:10s} {mode:13s} benchmark {'on ' if bench_on else 'off'}: "
+                      f"torch {row['torch_ms']:.3f} ms, convt2d {row['convt2d_ms']:.3f} ms, "
+                      f"{row['speedup']:.2f}x", file=sys.stderr, flush=True)
+                del ref_model, ours, x, target
+                _cleanup("cuda")
+    return rows
+
+
+def e2e_markdown(rows) -> str:
+    L = ["Whole training steps (forward, MSE loss, backward, SGD step; nn.ConvTranspose2d vs "
+         "convt2d.convert(model)):", "",
+         "| model | mode | cudnn.benchmark | torch ms | convt2d ms | speedup |",
+         "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        L.append(f"| {r['model']} | {r['mode']} | {'on' if r['cudnn_benchmark'] else 'off'} | "
+                 f"{_fmt_ms(r['torch_ms'])} | {_fmt_ms(r['convt2d_ms'])} | {r['speedup']:.2f}x |")
+    return "\n".join(L) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -663,6 +810,21 @@ def markdown(rows, env, gms, impl_name) -> str:
     for g in gms:
         v = f"{g['geomean_speedup']:.3f}x" if g["geomean_speedup"] else "-"
         L.append(f"| {g['dtype']} | {g['pass']} | {v} | {g['rows']}/{g['rows_total']} |")
+    tuned = [r for r in rows if r["pass"] == "fwdbwd-tuned"]
+    if tuned:
+        L.append("")
+        L.append("cudnn.benchmark = True, forward + backward: both sides tuned on their first "
+                 "(untimed) call; \"on / off\" = convt2d with benchmark on / convt2d with it off "
+                 "(above 1.05: tuning costs convt2d time):")
+        L.append("")
+        L.append("| config | dtype | torch on ms | convt2d on ms | convt2d off ms | speedup (on) "
+                 "| on / off |")
+        L.append("|---|---|---:|---:|---:|---:|---:|")
+        for r in tuned:
+            sp = f"{r['speedup']:.2f}x" if r["speedup"] else "-"
+            oo = f"{r['on_off']:.3f}" if r["on_off"] else "-"
+            L.append(f"| {r['config']} | {r['dtype']} | {_fmt_ms(r['torch_ms'])} | "
+                     f"{_fmt_ms(r['convt2d_ms'])} | {_fmt_ms(r['convt2d_off_ms'])} | {sp} | {oo} |")
     errs = [r for r in rows if r["error"] or r["torch_error"]]
     if errs:
         L.append("")
@@ -859,8 +1021,9 @@ def parse_args(argv=None):
                     help="comma-separated config names (default: all)")
     ap.add_argument("--dtypes", default="fp32,bf16",
                     help="comma-separated from fp32, bf16, fp16, fp32-ieee (default: fp32,bf16)")
-    ap.add_argument("--passes", default="fwd,bwd",
-                    help="comma-separated from fwd, bwd, fwdbwd (default: fwd,bwd)")
+    ap.add_argument("--passes", default="fwd,bwd,fwdbwd-tuned",
+                    help="comma-separated from fwd, bwd, fwdbwd, fwdbwd-tuned (default: "
+                         "fwd,bwd,fwdbwd-tuned)")
     ap.add_argument("--impl", default="convt2d",
                     choices=["convt2d", "torch-as-both", "torch"],
                     help="what the 'convt2d' column runs; torch-as-both (alias torch) times "
@@ -881,7 +1044,12 @@ def parse_args(argv=None):
                     help="don't measure; use flags or defaults (CUDA: bf16/fp16 800, tf32 400, "
                          "fp32 60 TFLOP/s, 3.0 TB/s)")
     ap.add_argument("--cudnn-benchmark", action="store_true",
-                    help="set torch.backends.cudnn.benchmark = True (default: torch default, off)")
+                    help="set torch.backends.cudnn.benchmark = True for every pass (default: "
+                         "off, torch's default; the fwdbwd-tuned pass sets it for itself)")
+    ap.add_argument("--e2e", action="store_true",
+                    help="also time whole training steps (DCGAN and pix2pix generators, fp32 "
+                         "and bf16 autocast, cudnn.benchmark off and on), CUDA only")
+    ap.add_argument("--e2e-only", action="store_true", help="only the --e2e part")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     ap.add_argument("--cpu-gflop", type=float, default=None,
                     help="CPU mode: forward GFLOP budget per row (default 0.3, --quick 0.12)")
@@ -908,7 +1076,7 @@ def main(argv=None) -> int:
     cfg_names = _split(args.configs, [c.name for c in SUITE], "config")
     dtype_names = _split(args.dtypes, list(DTYPES), "dtype")
     pass_names = _split(args.passes, list(PASSES), "pass")
-    configs = [c for c in SUITE if c.name in cfg_names]
+    configs = [] if args.e2e_only else [c for c in SUITE if c.name in cfg_names]
 
     if args.cpu:
         device = "cpu"
@@ -992,10 +1160,15 @@ def main(argv=None) -> int:
                 if row["error"] and row["error"] != row["torch_error"]:
                     msg += f"\n      convt2d ERROR: {row['error']}"
                 print(msg, file=sys.stderr, flush=True)
+    e2e_rows: List[Dict[str, Any]] = []
+    if (args.e2e or args.e2e_only) and device == "cuda" and args.impl == "convt2d":
+        e2e_rows = run_e2e(timer, args)
     env["elapsed_s"] = round(time.time() - t_start, 1)
 
     gms = geomeans(rows)
     md = markdown(rows, env, gms, args.impl)
+    if e2e_rows:
+        md += "\n" + e2e_markdown(e2e_rows)
     os.makedirs(args.outdir, exist_ok=True)
     json_path = args.json or os.path.join(args.outdir, "bench_results.json")
     md_path = args.md or os.path.join(args.outdir, "bench_results.md")
@@ -1004,14 +1177,14 @@ def main(argv=None) -> int:
         d = os.path.dirname(os.path.abspath(pth))
         os.makedirs(d, exist_ok=True)
     with open(json_path, "w") as f:
-        json.dump({"env": env, "rows": rows, "geomean": gms,
+        json.dump({"env": env, "rows": rows, "geomean": gms, "e2e": e2e_rows,
                    "args": {k: v for k, v in vars(args).items()}}, f, indent=1)
     with open(md_path, "w") as f:
         f.write(md)
     wrote = [json_path, md_path]
     if not args.no_png:
         try:
-            if plot(rows, env, png_path):
+            if rows and plot(rows, env, png_path):
                 wrote.append(png_path)
         except Exception as e:
             print(f"[bench] WARNING: plotting failed ({_short(e)})", file=sys.stderr)

@@ -36,6 +36,7 @@ PyObject* tuning_info(PyObject*, PyObject*) {
   if (!d) return nullptr;
   if (!set_item(d, "tunings", PyLong_FromLongLong(s.tunings)) ||
       !set_item(d, "cache_hits", PyLong_FromLongLong(s.cache_hits)) ||
+      !set_item(d, "cache_misses", PyLong_FromLongLong(s.cache_misses)) ||
       !set_item(d, "candidate_failures", PyLong_FromLongLong(s.candidate_failures)) ||
       !set_item(d, "entries", PyLong_FromLongLong(s.entries))) {
     Py_DECREF(d);

@@ -33,7 +33,10 @@ bool lookup(const std::string& key, int* choice) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
   auto it = c.map.find(key);
-  if (it == c.map.end()) return false;
+  if (it == c.map.end()) {
+    ++c.stats.cache_misses;
+    return false;
+  }
   *choice = it->second.choice;
   ++c.stats.cache_hits;
   return true;

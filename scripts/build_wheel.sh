@@ -6,18 +6,25 @@
 #   scripts/build_wheel.sh --arch-list 9.0 --out /tmp/wh
 #   scripts/build_wheel.sh --repair        # then auditwheel repair -> manylinux tag
 #   scripts/build_wheel.sh --find-cuda-home   # print the toolkit root setup.py would use
+#   scripts/build_wheel.sh --print-arch-list  # print the wheels' GPU targets for that toolkit
 #
 # Options / environment (an option wins over its variable):
 #   --cpu                      CONVT2D_FORCE_CPU=1     CPU-only build
 #   --cuda-version 12.8        CONVT2D_CUDA_VERSION    expected toolkit version (checked against nvcc)
-#   --arch-list "..."          TORCH_CUDA_ARCH_LIST    default "8.0;8.6;8.9;9.0+PTX"
-#   --local-version cu128      CONVT2D_LOCAL_VERSION   default cuXYZ from nvcc, or cpu; "" for none
+#   --arch-list "..."          TORCH_CUDA_ARCH_LIST    default: the wheels' list, setup.py's
+#                                                      wheel_arch_list() for the toolkit
+#                                                      (CUDA 13.0: 8.0;8.6;8.9;9.0a;10.0;12.0+PTX)
+#   --local-version LABEL      CONVT2D_LOCAL_VERSION   default cuXYZ.torchX.Y (the toolkit and the
+#                                                      torch minor built against), or cpu.torchX.Y;
+#                                                      "" for none
 #   --out DIR                  CONVT2D_WHEELHOUSE      default <repo>/wheelhouse
 #   --python PY                PYTHON                  interpreter with torch installed (python3)
 #   --repair                                           auditwheel repair (excluding torch's libs)
 #   --keep-build                                       keep the staging folder (printed)
-#                              MAX_JOBS                default: number of cores
-#                              CONVT2D_PIN_TORCH       default 1: wheel requires torch==<minor>.*
+#                              MAX_JOBS                default: setup.py's (cores, capped by memory)
+# The wheel requires torch>=2.4, never a pin (installing it must not replace the user's
+# torch); it serves the torch minor it was built against, which its label names, and
+# under another minor `import convt2d` raises an ImportError saying so.
 #
 # The wheel is built with `pip wheel --no-build-isolation --no-deps` against the
 # torch already installed for $PYTHON, from a copy of the source tree in a fresh
@@ -29,11 +36,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
 CPU="${CONVT2D_FORCE_CPU:-0}"
 CUDA_VERSION="${CONVT2D_CUDA_VERSION:-}"
-ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-8.0;8.6;8.9;9.0+PTX}"
+ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-}"
 OUT="${CONVT2D_WHEELHOUSE:-$ROOT/wheelhouse}"
 REPAIR=0
 KEEP=0
 FIND_ONLY=0
+PRINT_ARCHS=0
 if [[ -n "${CONVT2D_LOCAL_VERSION+set}" ]]; then LOCAL_SET=1; LOCAL="$CONVT2D_LOCAL_VERSION"; else LOCAL_SET=0; LOCAL=""; fi
 
 die() { echo "build_wheel.sh: error: $*" >&2; exit 1; }
@@ -48,6 +56,7 @@ while [[ $# -gt 0 ]]; do
     --repair) REPAIR=1 ;;
     --keep-build) KEEP=1 ;;
     --find-cuda-home) FIND_ONLY=1 ;;
+    --print-arch-list) PRINT_ARCHS=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
@@ -68,10 +77,24 @@ print(ns["find_cuda_home"]() or "")
 PYEOF
 }
 
-if [[ "$FIND_ONLY" == 1 ]]; then
+# The wheels' GPU targets for the toolkit at $1: setup.py's wheel_arch_list() and
+# toolkit_version(), taken out and run alone as find_cuda_home() above.
+wheel_arch_list() {
+  "$PY" - "$ROOT/setup.py" "$1" <<'PYEOF'
+import ast, sys
+src = open(sys.argv[1]).read()
+ns = {}
+for n in ast.parse(src).body:
+    if isinstance(n, ast.FunctionDef) and n.name in ("wheel_arch_list", "toolkit_version"):
+        exec("import os, re\n" + ast.get_source_segment(src, n), ns)
+print(ns["wheel_arch_list"](ns["toolkit_version"](sys.argv[2])))
+PYEOF
+}
+
+if [[ "$FIND_ONLY" == 1 || "$PRINT_ARCHS" == 1 ]]; then
   home="$(find_cuda_home)"
   [[ -n "$home" ]] || exit 1
-  echo "$home"
+  if [[ "$FIND_ONLY" == 1 ]]; then echo "$home"; else wheel_arch_list "$home"; fi
   exit 0
 fi
 
@@ -102,13 +125,14 @@ else
     die "torch was built with CUDA $torch_cuda, the toolkit is $nvcc_ver: major versions must match"
   fi
   tag="cu${nvcc_ver//./}"
+  [[ -n "$ARCH_LIST" ]] || ARCH_LIST="$(wheel_arch_list "$home")"
   export TORCH_CUDA_ARCH_LIST="$ARCH_LIST"
   echo "build_wheel.sh: CUDA $nvcc_ver wheel from $home (torch built with CUDA $torch_cuda), archs $TORCH_CUDA_ARCH_LIST"
 fi
-[[ "$LOCAL_SET" == 1 ]] || LOCAL="$tag"
+torch_minor="$("$PY" -c 'import torch; print(".".join(torch.__version__.split("+")[0].split(".")[:2]))')"
+[[ "$LOCAL_SET" == 1 ]] || LOCAL="$tag.torch$torch_minor"
 export CONVT2D_LOCAL_VERSION="$LOCAL"
-export CONVT2D_PIN_TORCH="${CONVT2D_PIN_TORCH:-1}"
-export MAX_JOBS="${MAX_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+# (MAX_JOBS: setup.py's default, the cores capped by available memory, unless set)
 
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
@@ -130,7 +154,7 @@ else
      --exclude='*.so' --exclude='*.o' --exclude='*.egg-info' -cf - .) | tar -xf - -C "$STAGE"
 fi
 
-echo "build_wheel.sh: version label '${CONVT2D_LOCAL_VERSION}', MAX_JOBS=$MAX_JOBS, out $OUT"
+echo "build_wheel.sh: version label '${CONVT2D_LOCAL_VERSION}', MAX_JOBS=${MAX_JOBS:-setup.py default}, out $OUT"
 start=$SECONDS
 (cd "$STAGE" && "$PY" -m pip wheel --no-build-isolation --no-deps -v -w "$STAGE/dist" .)
 wheels=("$STAGE"/dist/convt2d-*.whl)

@@ -16,7 +16,7 @@ def test_info_dict():
     assert d["convt2d"] == convt2d.__version__ and d["torch"] == torch.__version__
     assert d["cuda_kernels"] == convt2d.cuda_available()
     a = d["autotune"]
-    assert set(a) == {"tunings", "cache_hits", "candidate_failures", "entries"}
+    assert set(a) == {"tunings", "cache_hits", "cache_misses", "candidate_failures", "entries"}
     assert all(isinstance(v, int) and v >= 0 for v in a.values())
     assert isinstance(convt2d.tuning_log(), list)
 
@@ -49,3 +49,4 @@ def test_cpu_calls_never_tune():
             torch.autograd.grad(y.sum(), [x, w])
     a = convt2d.info()["autotune"]
     assert a["tunings"] == 0 and a["entries"] == 0 and a["cache_hits"] == 0
+    assert a["cache_misses"] == 0

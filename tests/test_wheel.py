@@ -6,7 +6,8 @@ Slow (a full compile of the extension), so skipped unless CONVT2D_TEST_WHEEL=1:
     CONVT2D_TEST_WHEEL=1 python -m pytest -q tests/test_wheel.py
 
 The wheel is CPU-only (scripts/build_wheel.sh --cpu) unless CONVT2D_TEST_WHEEL_CUDA=1,
-which builds a CUDA wheel for TORCH_CUDA_ARCH_LIST (default here: 9.0 only).
+which builds a CUDA wheel for TORCH_CUDA_ARCH_LIST (default here: 9.0a only; unset it
+there for the wheels' full list).
 The fresh venv sees this interpreter's torch (--system-site-packages, plus this
 environment's site-packages when the tests themselves run in a venv), so torch is
 not installed again; the wheel is installed with --no-deps --no-index.
@@ -87,7 +88,7 @@ def wheel(tmp_path_factory):
     cmd = ["bash", ROOT / "scripts" / "build_wheel.sh", "--out", out, "--python", sys.executable]
     env = dict(os.environ)
     if CUDA_WHEEL:
-        env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+        env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0a")
     else:
         cmd.append("--cpu")
     env.setdefault("MAX_JOBS", "2")
@@ -102,20 +103,23 @@ def test_wheel_metadata(wheel):
     name = wheel.name
     py = f"cp{sys.version_info.major}{sys.version_info.minor}"
     assert f"-{py}-{py}-" in name, name
-    if not CUDA_WHEEL:
-        assert "+cpu-" in name, f"a CPU-only wheel should carry the +cpu local version: {name}"
+    import torch
+
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    kind = "cpu" if not CUDA_WHEEL else "cu"
+    assert f"+{kind}" in name and f".torch{major}.{minor}-" in name, (
+        f"the label should name the build and the torch minor: {name}")
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
         text = z.read(meta).decode()
     assert any(n.startswith("convt2d/_C.") and n.endswith(".so") for n in names), names
-    for f in ("__init__.py", "functional.py", "modules.py", "_ops.py"):
+    for f in ("__init__.py", "functional.py", "modules.py", "_ops.py", "_build_info.py"):
         assert f"convt2d/{f}" in names, f"convt2d/{f} missing from the wheel: {names}"
-    # the wheel pins the torch minor release it was compiled against (C++ ABI)
-    import torch
-
-    major, minor = torch.__version__.split("+")[0].split(".")[:2]
-    assert f"Requires-Dist: torch=={major}.{minor}.*" in text, text
+    # never a pin: installing the wheel must not replace the user's torch (the import checks
+    # the torch minor instead)
+    reqs = [l for l in text.splitlines() if l.startswith("Requires-Dist: torch")]
+    assert reqs == ["Requires-Dist: torch>=2.4"], reqs
 
 
 def test_wheel_installs_and_runs(wheel, tmp_path):

@@ -27,15 +27,17 @@ struct Record {
 };
 
 // The cached choice for `key`: true and *choice set, or false (not tuned yet). A hit
-// counts in stats().cache_hits.
+// counts in stats().cache_hits, a miss in stats().cache_misses (a miss is followed by a
+// tuning, except inside a CUDA graph capture).
 bool lookup(const std::string& key, int* choice);
 // Stores the outcome of one tuning (counts in stats().tunings); a key already stored
 // (another thread tuned it first) keeps its first outcome.
 void store(const std::string& key, int choice, Record record);
 
 struct Stats {
-  int64_t tunings = 0;            // problems timed (each at most once per process)
+  int64_t tunings = 0;            // problems timed (once per problem, unless two threads race)
   int64_t cache_hits = 0;         // calls that reused a cached choice
+  int64_t cache_misses = 0;       // calls that found no cached choice
   int64_t candidate_failures = 0; // candidates skipped during tuning (errors)
   int64_t entries = 0;            // problems in the cache
 };

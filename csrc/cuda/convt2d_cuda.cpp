@@ -130,7 +130,7 @@ const char* kernel_override() {
 bool autotune_on() { return at::globalContext().benchmarkCuDNN() && !*kernel_override(); }
 
 std::string tune_key(const char* op, const Problem& p, DType dt, MathMode math,
-                     const at::Tensor& x, bool bias) {
+                     const at::Tensor& x, const at::Tensor& w, bool bias) {
   std::string k = op;
   for (int64_t v : {p.N, p.Cin, p.H, p.W, p.Cout, p.Ho, p.Wo, p.kh, p.kw, p.groups, p.sh, p.sw,
                     p.ph, p.pw, p.oph, p.opw, p.dh, p.dw}) {
@@ -141,7 +141,9 @@ std::string tune_key(const char* op, const Problem& p, DType dt, MathMode math,
                        : x.is_contiguous(at::MemoryFormat::ChannelsLast) ? "nhwc" : "strided";
   static const char* const dtypes[] = {"f32", "f64", "f16", "bf16"};
   static const char* const maths[] = {"default", "tf32", "ieee"};
-  k += std::string("|") + dtypes[int(dt)] + '|' + maths[int(math)] + '|' + layout +
+  // (the weight's layout decides the output's, and so which candidates apply)
+  const char* wlayout = w.is_contiguous() ? "" : "|w:nhwc";
+  k += std::string("|") + dtypes[int(dt)] + '|' + maths[int(math)] + '|' + layout + wlayout +
        (bias ? "|bias|cuda:" : "|-|cuda:") + std::to_string(x.get_device());
   return k;
 }
@@ -155,8 +157,9 @@ struct Candidate {
 
 // Median time of candidate c in ms, as a training step sees it: per run the larger of
 // its GPU time (CUDA events) and its host time (launch work, allocation), with L2
-// flushed before each run (a 2 x L2 memset), after one untimed warm-up run. Runs enough
-// repetitions that a microsecond kernel is timed over about 2 ms (5 to 40 runs).
+// flushed before each run (an L2-sized memset; none where flush is null), after one
+// untimed warm-up run. Runs enough repetitions that a microsecond kernel is timed over
+// about 2 ms (5 to 40 runs).
 double time_candidate(int c, const std::function<void(int)>& run, cudaStream_t st,
                       void* flush, size_t flush_bytes) {
   using clock = std::chrono::steady_clock;
@@ -191,7 +194,7 @@ double time_candidate(int c, const std::function<void(int)>& run, cudaStream_t s
     e1[r] = event();
   }
   for (int r = 0; r < reps; ++r) {
-    check_launch(cudaMemsetAsync(flush, r & 0xff, flush_bytes, st), "autotune L2 flush");
+    if (flush) check_launch(cudaMemsetAsync(flush, r & 0xff, flush_bytes, st), "autotune L2 flush");
     check_launch(cudaEventRecord(e0[r], st), "autotune event");
     h0 = clock::now();
     run(c);
@@ -230,11 +233,18 @@ int autotune(const std::string& key, const std::vector<Candidate>& cands,
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
     return tuning::kHeuristic;
+  // The L2 flush buffer (freed on return, before the caller's run of the choice). Where it
+  // does not fit, candidates are timed without flushing rather than not at all.
   const size_t flush_bytes =
-      2 * size_t(std::max(at::cuda::getCurrentDeviceProperties()->l2CacheSize, 1 << 20));
-  const at::Tensor flush =
-      at::empty({int64_t(flush_bytes)}, at::TensorOptions().dtype(at::kByte).device(
-                                            at::kCUDA, c10::cuda::current_device()));
+      size_t(std::max(at::cuda::getCurrentDeviceProperties()->l2CacheSize, 1 << 20));
+  at::Tensor flush;
+  try {
+    flush = at::empty({int64_t(flush_bytes)}, at::TensorOptions().dtype(at::kByte).device(
+                                                  at::kCUDA, c10::cuda::current_device()));
+  } catch (const c10::Error&) {
+    (void)cudaGetLastError();
+  }
+  void* const flush_ptr = flush.defined() ? flush.data_ptr() : nullptr;
   tuning::Record rec;
   rec.key = key;
   double heur_ms = -1, best_ms = -1;
@@ -243,7 +253,7 @@ int autotune(const std::string& key, const std::vector<Candidate>& cands,
     tuning::CandidateTime ct;
     ct.name = c.name;
     try {
-      ct.ms = time_candidate(c.id, run, st, flush.data_ptr(), flush_bytes);
+      ct.ms = time_candidate(c.id, run, st, flush_ptr, flush_bytes);
     } catch (const std::exception& e) {
       // A candidate that cannot run here (launch refused, workspace out of memory) is
       // skipped and the launch error cleared. A device-side fault is sticky: it is not
@@ -531,7 +541,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
       else run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st,
                      c >= 4 ? -1 : c - 1);
     };
-    run(autotune(tune_key("fwd", p, dt, math, input, b.defined()), cands, run, st));
+    run(autotune(tune_key("fwd", p, dt, math, input, weight, b.defined()), cands, run, st));
     return out;
   }
   run_heuristic();
@@ -585,7 +595,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
           };
           // The launcher's choice (heuristic) or one of its implicit-GEMM kernels
           // (cuda::IgemmParams::ws).
-          ws = autotune(tune_key("dgrad", p, dt, math, go, false),
+          ws = autotune(tune_key("dgrad", p, dt, math, go, weight, false),
                         {{tuning::kHeuristic, "heuristic"}, {0, "igemm"}, {1, "igemm_ws"},
                          {2, "igemm_halo"}},
                         run, st);
@@ -690,7 +700,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
               static_assert(cuda::kTcWgradTiles <= 8, "name the new tiles");
               std::vector<Candidate> tiles{{tuning::kHeuristic, "heuristic"}};
               for (int t = 0; t < cuda::kTcWgradTiles; ++t) tiles.push_back({t, names[t]});
-              tile = autotune(tune_key("wgrad", p, dt, math, input, false), tiles, run, st);
+              tile = autotune(tune_key("wgrad", p, dt, math, input, weight, false), tiles, run, st);
             }
             run(tile);
             done = true;

@@ -7,6 +7,22 @@
 
 namespace convt2d {
 namespace cuda {
+
+// True in the host pass and in the sm_90a device pass: the passes in which the Hopper
+// kernels (wgmma, TMA, mbarrier transaction counts) compile. In every other device pass
+// (a multi-target build, e.g. the wheels' 8.0 ... 12.0) their bodies are discarded by
+// `if constexpr (!kSm90aPass<...>) { __trap(); } else { ... }`, so such a build neither
+// fails on sm_90a-only instructions nor carries dead copies of those kernels; the host
+// launches them only on a 9.0 device of an sm_90a build (wgmma_device()). A template, so
+// that the discarded branch of a kernel template is not instantiated.
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <class...>
+inline constexpr bool kSm90aPass = true;
+#else
+template <class...>
+inline constexpr bool kSm90aPass = false;
+#endif
+
 namespace {
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {

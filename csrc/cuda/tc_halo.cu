@@ -240,6 +240,9 @@ __device__ __forceinline__ float f4_at(const float4& q, int p) {
 // the weight box (tma_maps.cuh).
 template <class Tr, bool kChanOut, bool kTma, int kNchw = 0>
 __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__ TmaArgs<kTma> args) {
+  if constexpr (!kSm90aPass<Tr>) {
+    __trap();  // not compiled for this target (see kSm90aPass)
+  } else {
   // 3xTF32 / 3xFP16 stage the activation halves through registers; 3xFP16 may take its
   // weights through TMA (kTma: the loader's thread 0 issues them).
   static_assert(!(kTma && Tr::kSplit && !Tr::kF16x3), "3xTF32: no TMA");
@@ -860,6 +863,7 @@ __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__
         prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
   }
   if (wg == 0) asm volatile("cp.async.wait_all;\n" ::: "memory");  // no exit with copies in flight
+  }  // if constexpr (kSm90aPass)
 }
 
 // Largest virtual GEMM height over the phases (grid sizing) and the largest

@@ -77,6 +77,9 @@ struct TcTraits {
 
 template <class Tr, bool kChanOut>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(const IgemmParams prm) {
+  if constexpr (Tr::kWgmma && !kSm90aPass<Tr>) {
+    __trap();  // not compiled for this target (see kSm90aPass)
+  } else {
   using T = typename Tr::T;
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, NT = Tr::kThreads;
   constexpr int S = Tr::STAGES, MI = Tr::MI, NI = Tr::NI, CH = Tr::CH, BKB = Tr::BKB;
@@ -247,6 +250,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
     }
   store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, NT, kChanOut>(
       prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), tid, t);
+  }  // if constexpr (kSm90aPass)
 }
 
 // One block per (BM x BN tile, stride phase, group), as tile_geo decodes it;
@@ -307,6 +311,9 @@ struct WsTraits {
 // (tma_maps.cuh) says where it applies.
 template <class Tr, bool kChanOut, bool kTma>
 __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ TmaArgs<kTma> args) {
+  if constexpr (!kSm90aPass<Tr>) {
+    __trap();  // not compiled for this target (see kSm90aPass)
+  } else {
   using T = typename Tr::Tp;
   const IgemmParams& prm = args.prm;
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, S = Tr::S;
@@ -453,6 +460,7 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ T
                                               j * 8 + 2 * (lane & 3), acc[h][j]);
   store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, Tr::kConsumers, kChanOut>(
       prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
+  }  // if constexpr (kSm90aPass)
 }
 
 template <class Tr, bool kTma>

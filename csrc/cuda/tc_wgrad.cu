@@ -167,6 +167,9 @@ __device__ __forceinline__ void tw_wg_main(Load& load_stage, const WgradParams& 
 
 template <class Tr, bool kXN>
 __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParams prm) {
+  if constexpr (Tr::kWg && !kSm90aPass<Tr>) {
+    __trap();  // not compiled for this target (see kSm90aPass)
+  } else {
   using T = typename Tr::T;
   constexpr int BM = Tr::BM, BN = Tr::BN, BK = Tr::BK, E = Tr::E, S = Tr::STAGES;
   constexpr int MI = Tr::MI, NI = Tr::NI, TPR = Tr::TPR, CPA = Tr::CPA, CPB = Tr::CPB;
@@ -424,6 +427,7 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
         *reinterpret_cast<float2*>(ws + int64_t(m + 8) * Cig + n) =
             make_float2(acc[i][j][2], acc[i][j][3]);
     }
+  }  // if constexpr (kSm90aPass)
 }
 
 // gw[g*Cig + ci][co][tap] = sum over s (in order) of ws[s][g][tap*Cog + co][ci].

@@ -90,6 +90,9 @@ __device__ __forceinline__ void km_frag(uint32_t (&a)[4], uint32_t row0, int t, 
 
 template <bool kSplit>
 __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_constant__ KmArgs args) {
+  if constexpr (!kSm90aPass<KmTraits<kSplit>>) {
+    __trap();  // not compiled for this target (see kSm90aPass)
+  } else {
   using Tr = KmTraits<kSplit>;
   constexpr int S = Tr::S;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -330,6 +333,7 @@ __global__ void __launch_bounds__(384, 1) tc_wgrad_km_kernel(const __grid_consta
               make_float2(total[j][4 * n + 2 * h], total[j][4 * n + 2 * h + 1]);
       }
   }
+  }  // if constexpr (kSm90aPass)
 }
 #endif  // CONVT2D_WGMMA
 

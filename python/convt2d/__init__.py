@@ -12,7 +12,14 @@ The ops are registered as ``torch.ops.convt2d.forward`` and ``torch.ops.convt2d.
 """
 import torch  # noqa: F401  (loads libc10/libtorch before the extension)
 
-from . import _C  # noqa: F401  (loads the compiled ops)
+from . import _build_check
+
+# A mismatched install: a clear ImportError, not a symbol trace.
+_build_check.check_torch(_build_check.build_info())
+try:
+    from . import _C  # noqa: F401  (loads the compiled ops)
+except (ImportError, OSError) as _e:
+    raise _build_check.load_error(_e, _build_check.build_info()) from _e
 from . import _ops  # noqa: F401  (autograd and fake kernels)
 from ._info import clear_tuning_cache, info, tuning_log
 from .functional import conv_transpose2d, forward

@@ -4,13 +4,16 @@
     convt2d.info()                  # the same as a dict
 
 ``autotune`` counts the work of ``torch.backends.cudnn.benchmark = True``: ``tunings`` is the
-number of problems timed (each at most once per process), ``cache_hits`` the calls that
-reused a cached choice, ``candidate_failures`` the candidates skipped while tuning;
+number of problems timed (once per problem per process, unless two threads tune one problem
+at the same time or the cache is cleared), ``cache_hits`` the calls that reused a cached
+choice, ``cache_misses`` the calls that found none (each then tunes, except inside a CUDA graph
+capture), ``candidate_failures`` the candidates skipped while tuning;
 ``convt2d.tuning_log()`` lists every tuned problem with each candidate's time, or why it was
 skipped, and the choice.
 """
 import json
-from typing import Any, Dict, List
+import warnings
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -31,24 +34,110 @@ def clear_tuning_cache() -> None:
     _C._tuning_reset()
 
 
+def _targets(arch_list: str):
+    """[(major, minor, arch_specific, ptx)] of a TORCH_CUDA_ARCH_LIST string."""
+    out = []
+    for a in arch_list.replace(" ", ";").split(";"):
+        a = a.strip()
+        if not a:
+            continue
+        ptx = a.endswith("+PTX")
+        a = a[:-4] if ptx else a
+        spec = a.endswith("a")
+        a = a.rstrip("a")
+        try:
+            major, minor = (int(v) for v in a.split(".")[:2])
+        except ValueError:
+            continue
+        out.append((major, minor, spec, ptx))
+    return out
+
+
+def runs_on(arch_list: str, cap) -> Optional[str]:
+    """How a build for arch_list runs on a GPU of compute capability cap: "sm_XY" (its
+    machine code), "PTX compute_XY" (compiled by the driver at first use), or None."""
+    best = None
+    for major, minor, spec, _ in _targets(arch_list):
+        # machine code runs on the same major and an equal or newer minor; sm_90a only on 9.0
+        if major == cap[0] and minor <= cap[1] and (not spec or minor == cap[1]):
+            if best is None or minor > best[1] or (minor == best[1] and spec):
+                best = (major, minor, spec)
+    if best:
+        return f"sm_{best[0]}{best[1]}{'a' if best[2] else ''}"
+    ptx = [(m, n) for m, n, spec, p in _targets(arch_list) if p and not spec and (m, n) <= cap]
+    return f"PTX compute_{max(ptx)[0]}{max(ptx)[1]}" if ptx else None
+
+
+def kernel_families(cap, wgmma: bool) -> List[str]:
+    """The kernel families a GPU of compute capability cap runs with this build."""
+    fams = ["direct (CUDA cores)", "narrow (1-8 outputs per group)", "implicit GEMM (CUDA cores)"]
+    if cap >= (8, 0):
+        fams += ["tensor-core implicit GEMM (mma.sync)", "tensor-core direct", "patch GEMM",
+                 "tensor-core grad_weight"]
+    if cap == (9, 0) and wgmma:
+        fams += ["Hopper wgmma + TMA: halo GEMM (3xFP16 / 3xTF32), warp-specialised GEMM, "
+                 "grad_weight"]
+    return fams
+
+
+def hopper_without_sm90a(cap, build: Optional[Dict[str, Any]]) -> bool:
+    return cap == (9, 0) and build is not None and bool(build["cuda_toolkit"]) and \
+        not build["wgmma"]
+
+
+FAST_BUILD_HINT = ("pip install the convt2d wheel for your CUDA version (it carries sm_90a), or "
+                   "rebuild from source with TORCH_CUDA_ARCH_LIST=9.0a (or unset on the H100 "
+                   "itself): pip install --no-build-isolation --no-deps --force-reinstall -e .")
+
+
 def info() -> Dict[str, Any]:
     from . import _C, __version__, cuda_available
+    from ._build_check import build_info
 
+    build = build_info()
     d: Dict[str, Any] = {
         "convt2d": __version__,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "built_against_torch": build["torch"] if build else None,
+        "built_with_cuda": build["cuda_toolkit"] if build else None,
+        "built_for": build["arch_list"] if build else None,
+        "hopper_kernels_built": bool(build and build["wgmma"]),
         "cuda_kernels": cuda_available(),
         "gpu": None,
+        "gpu_code": None,
+        "kernel_families": ["CPU"],
         "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
         "autotune": _C._tuning_info(),
     }
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and cuda_available():
         i = torch.cuda.current_device()
         cap = torch.cuda.get_device_capability(i)
         d["gpu"] = f"{torch.cuda.get_device_name(i)} (sm_{cap[0]}{cap[1]})"
+        d["gpu_code"] = runs_on(build["arch_list"], cap) if build else None
+        if d["gpu_code"] or build is None:
+            d["kernel_families"] = kernel_families(cap, bool(build and build["wgmma"]))
+        if hopper_without_sm90a(cap, build):
+            d["warning"] = f"this build lacks the Hopper (sm_90a) kernels: {FAST_BUILD_HINT}"
     return d
+
+
+_warned = [False]
+
+
+def warn_if_slow_build(device: torch.device) -> None:
+    """Once per process: a Hopper GPU running a build without its sm_90a kernels."""
+    _warned[0] = True
+    try:
+        from ._build_check import build_info
+
+        cap = torch.cuda.get_device_capability(device)
+        if hopper_without_sm90a(cap, build_info()):
+            warnings.warn("convt2d: this build has no Hopper (sm_90a) kernels, so on this GPU "
+                          f"it runs its slower portable ones. {FAST_BUILD_HINT}", stacklevel=3)
+    except Exception:  # never let the hint break a call
+        pass
 
 
 def main() -> int:

@@ -534,7 +534,7 @@ def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, 
         "bound": "compute" if fl / (peak * 1e12) >= nbytes / (peaks["bw"] * 1e12) else "memory",
         "torch_ms": None, "convt2d_ms": None, "speedup": None, "err": None, "torch_err": None,
         "pct_floor": None, "torch_pct_floor": None, "error": None, "torch_error": None,
-        "n_sets": 1, "convt2d_off_ms": None, "on_off": None, "err_off": None,
+        "n_sets": 1, "convt2d_off_ms": None, "on_off": None, "err_off": None, "error_off": None,
     }
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     sets: List[Dict[str, Any]] = []
@@ -568,7 +568,7 @@ def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, 
     for side, impl, bench_on in sides:
         key_ms = f"{side}_ms"
         key_err = {"torch": "torch_err", "convt2d": "err", "convt2d_off": "err_off"}[side]
-        key_error = "torch_error" if side == "torch" else "error"
+        key_error = {"torch": "torch_error", "convt2d": "error", "convt2d_off": "error_off"}[side]
         try:
             call = make_call(impl, cfg, pass_name)
             with precision(dtype_name), grad_ctx(), cudnn_benchmark(bench_on):
@@ -695,7 +695,8 @@ def run_e2e(timer, args) -> List[Dict[str, Any]]:
                 x = torch.randn(n, *shape, device="cuda")
                 with torch.no_grad():
                     target = torch.randn_like(ref_model(x))
-                row = {"model": name, "mode": mode, "cudnn_benchmark": bench_on}
+                row = {"model": name, "mode": mode, "cudnn_benchmark": bench_on,
+                       "torch_ms": None, "convt2d_ms": None, "speedup": None, "error": None}
                 for side, model in (("torch", ref_model), ("convt2d", ours)):
                     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
 
@@ -708,15 +709,22 @@ def run_e2e(timer, args) -> List[Dict[str, Any]]:
                         loss.backward()
                         opt.step()
 
-                    with cudnn_benchmark(bench_on):
-                        step()  # tunes (benchmark on), first-call costs
-                        torch.cuda.synchronize()
-                        row[f"{side}_ms"] = timer(step)
-                row["speedup"] = row["torch_ms"] / row["convt2d_ms"]
+                    try:
+                        with cudnn_benchmark(bench_on):
+                            step()  # tunes (benchmark on), first-call costs
+                            torch.cuda.synchronize()
+                            row[f"{side}_ms"] = timer(step)
+                    except Exception as e:
+                        row["error"] = f"{side}: {_short(e)}"
+                        if args.verbose:
+                            traceback.print_exc()
+                if row["torch_ms"] and row["convt2d_ms"]:
+                    row["speedup"] = row["torch_ms"] / row["convt2d_ms"]
                 rows.append(row)
                 print(f"[e2e] {name:10s} {mode:13s} benchmark {'on ' if bench_on else 'off'}: "
-                      f"torch {row['torch_ms']:.3f} ms, convt2d {row['convt2d_ms']:.3f} ms, "
-                      f"{row['speedup']:.2f}x", file=sys.stderr, flush=True)
+                      f"torch {_fmt_ms(row['torch_ms'])} ms, convt2d {_fmt_ms(row['convt2d_ms'])} "
+                      f"ms, " + (f"{row['speedup']:.2f}x" if row["speedup"] else
+                                 f"ERROR {row['error']}"), file=sys.stderr, flush=True)
                 del ref_model, ours, x, target
                 _cleanup("cuda")
     return rows
@@ -728,8 +736,9 @@ def e2e_markdown(rows) -> str:
          "| model | mode | cudnn.benchmark | torch ms | convt2d ms | speedup |",
          "|---|---|---|---:|---:|---:|"]
     for r in rows:
+        sp = f"{r['speedup']:.2f}x" if r["speedup"] else f"ERR: {r['error']}"
         L.append(f"| {r['model']} | {r['mode']} | {'on' if r['cudnn_benchmark'] else 'off'} | "
-                 f"{_fmt_ms(r['torch_ms'])} | {_fmt_ms(r['convt2d_ms'])} | {r['speedup']:.2f}x |")
+                 f"{_fmt_ms(r['torch_ms'])} | {_fmt_ms(r['convt2d_ms'])} | {sp} |")
     return "\n".join(L) + "\n"
 
 
@@ -825,7 +834,7 @@ def markdown(rows, env, gms, impl_name) -> str:
             oo = f"{r['on_off']:.3f}" if r["on_off"] else "-"
             L.append(f"| {r['config']} | {r['dtype']} | {_fmt_ms(r['torch_ms'])} | "
                      f"{_fmt_ms(r['convt2d_ms'])} | {_fmt_ms(r['convt2d_off_ms'])} | {sp} | {oo} |")
-    errs = [r for r in rows if r["error"] or r["torch_error"]]
+    errs = [r for r in rows if r["error"] or r["torch_error"] or r.get("error_off")]
     if errs:
         L.append("")
         L.append("Errors:")
@@ -835,6 +844,9 @@ def markdown(rows, env, gms, impl_name) -> str:
                 L.append(f"- {r['config']} {r['dtype']} {r['pass']} torch: `{r['torch_error']}`")
             if r["error"] and r["error"] != r["torch_error"]:
                 L.append(f"- {r['config']} {r['dtype']} {r['pass']} {other}: `{r['error']}`")
+            if r.get("error_off"):
+                L.append(f"- {r['config']} {r['dtype']} {r['pass']} {other} (benchmark off): "
+                         f"`{r['error_off']}`")
     L.append("")
     L.append("Shapes:")
     L.append("")
@@ -1147,7 +1159,9 @@ def main(argv=None) -> int:
                            "scaling": note, "flops": 0, "bytes": 0, "floor_ms": None,
                            "torch_ms": None, "convt2d_ms": None, "speedup": None, "err": None,
                            "torch_err": None, "pct_floor": None, "torch_pct_floor": None,
-                           "error": "harness: " + _short(e), "torch_error": None, "n_sets": 0}
+                           "error": "harness: " + _short(e), "torch_error": None, "n_sets": 0,
+                           "convt2d_off_ms": None, "on_off": None, "err_off": None,
+                           "error_off": None}
                 rows.append(row)
                 msg = (f"[{i}/{total}] {cfg.name:6s} {d:9s} {p:6s} torch {_fmt_ms(row['torch_ms'])} "
                        f"ms, {args.impl if args.impl != 'convt2d' else 'convt2d'} "

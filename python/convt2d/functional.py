@@ -4,6 +4,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
+from . import _info
+
 _size_2_t = Union[int, Tuple[int, int], Sequence[int]]
 
 
@@ -45,6 +47,8 @@ def forward(
             "Expected 3D (unbatched) or 4D (batched) input to conv_transpose2d, but got "
             f"input of size: {list(input.shape)}")
     dev = input.device.type
+    if dev == "cuda" and not _info._warned[0]:
+        _info.warn_if_slow_build(input.device)
     if torch.is_autocast_enabled(dev):
         # like autocast's cached_cast: only floating tensors that are not float64 are cast
         dt = torch.get_autocast_dtype(dev)

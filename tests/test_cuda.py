@@ -725,7 +725,7 @@ def test_tma_declines_tap_reach_beyond_im2col_offsets(monkeypatch):
 def test_halo_kernel_is_the_default_where_it_applies(monkeypatch):
     """On an H100 (compute capability 9.0, sm_90a build) a dense stride-1 layer with 64
     channels runs its bf16 forward on the halo kernel and its bf16 grad_input on the
-    warp-specialised kernel's TMA loader (measured faster there, perf-notes v5); TF32 and
+    warp-specialised kernel's TMA loader (measured faster there, perf-log v5); TF32 and
     3xTF32 run both on the halo kernel."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the halo kernel is built for sm_90a")

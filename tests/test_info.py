@@ -50,3 +50,28 @@ def test_cpu_calls_never_tune():
     a = convt2d.info()["autotune"]
     assert a["tunings"] == 0 and a["entries"] == 0 and a["cache_hits"] == 0
     assert a["cache_misses"] == 0
+
+
+def test_hopper_without_sm90a_warns_once(monkeypatch):
+    """A Hopper GPU running a CUDA build without sm_90a gets one warning naming the fix; a
+    build with it, or another GPU, gets none."""
+    import warnings
+
+    from convt2d import _build_check, _info
+
+    def run(cap, wgmma):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: cap)
+        monkeypatch.setattr(_build_check, "build_info", lambda: {
+            "torch": torch.__version__, "torch_cuda": "13.0", "cuda_toolkit": "13.0",
+            "arch_list": "8.0;8.6;8.9;9.0+PTX", "wgmma": wgmma})
+        monkeypatch.setattr(_info, "_warned", [False])
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            _info.warn_if_slow_build(torch.device("cuda", 0))
+        assert _info._warned[0]
+        return [str(x.message) for x in w]
+
+    msgs = run((9, 0), False)
+    assert len(msgs) == 1 and "sm_90a" in msgs[0] and "TORCH_CUDA_ARCH_LIST=9.0a" in msgs[0]
+    assert run((9, 0), True) == []
+    assert run((8, 0), False) == []

@@ -107,7 +107,7 @@ at::Tensor to_channels_last(const at::Tensor& t, cudaStream_t st) {
 // The narrow kernel's routing bound: reduced channels per output (Cin/groups x taps per
 // phase) from which it runs for 1..8 outputs per group (narrow.cu). It beat the direct
 // kernels and the GEMM on all 13 shapes measured, down to 18 reduced channels per
-// output (perf-notes v14); below that (output-write-bound) it is unmeasured.
+// output (perf-log v14); below that (output-write-bound) it is unmeasured.
 constexpr double kNarrowMinK = 16;
 
 // Kernel override for A/B timing: CONVT2D_KERNEL = tc | v1 | direct | patch | narrow.
@@ -327,7 +327,7 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
   if (want_v2 && prm.Kc % chunk == 0) {
     // Forward, fp32 with TF32 off, NCHW x: the channels-last copy is left to the kernels
     // (prm.src_nchw): the 3xFP16 halo kernel reads NCHW x itself where it can, every other
-    // path fills the copy first (perf-notes v18).
+    // path fills the copy first (perf-log v18).
     const bool defer = fwd && dt == DType::kFloat && math == MathMode::kIEEE &&
                        src.is_contiguous() && !src.is_contiguous(at::MemoryFormat::ChannelsLast) &&
                        src.size(0) <= 65535 && src.size(1) <= 65535 * 64;
@@ -480,7 +480,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     // Memory-bound shapes (few reduced channels per output, or few outputs per
     // group) go to the direct kernel; the rest are implicit GEMMs. 8 to 31 outputs per
     // group with 256 or more reduced channels per output are compute-bound: the
-    // implicit GEMM measured faster there despite its narrow N (off-suite, perf-notes
+    // implicit GEMM measured faster there despite its narrow N (off-suite, perf-log
     // v13: Cin 128 -> Cout 24 k3 s2 fp32 0.175 -> 0.037 ms, 64 -> 8 k4 s2 0.068 ->
     // 0.046; a stride-1 Cin 32 -> 16 k3 at 288 lost 0.029 -> 0.033). Below 8 outputs
     // (a GAN's RGB layer) the GEMM's 3xTF32 variant lost badly (64 -> 3 k4 s2 with TF32

@@ -2,7 +2,7 @@
 // with TF32 allowed (m16n8k8 tf32; fp32 accumulate throughout): the shapes the glue
 // routes to the direct kernel (few reduced channels per output: seedC, seedD). The
 // CUDA-core kernel (direct.cu) spends ~80% of its issue slots on gathers and address
-// arithmetic around the FMAs (ncu, perf-notes v5.2); here the activation is staged
+// arithmetic around the FMAs (ncu, perf-log v5.2); here the activation is staged
 // once per block in shared memory and the products run on tensor cores.
 //
 // A K item is one 16-byte chunk of kCh = 16 / sizeof(T) channels (8 for 16-bit, 4
@@ -400,7 +400,7 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   // 16-channel blocks: no taller than four blocks per SM allow (fp32 seedD: qy 8 -> 4,
   // three -> four blocks per SM, 0.525 -> 0.472 ms; off-suite fp32 16 -> 16 k3 s3 128x128
   // 0.157 -> 0.073; the 16-bit picks of the rows measured (seedD and three off-suite
-  // shapes) are unchanged: their tiles fit four). perf-notes v13.
+  // shapes) are unchanged: their tiles fit four). perf-log v13.
   while (kNT == 2 && qy > 2 && 4 * (layout(qy) + 1024) > optin) qy /= 2;
   if (const char* e = std::getenv("CONVT2D_DTC_QY")) {  // A/B: force the tile height
     const int64_t v = std::atoi(e);
@@ -432,7 +432,7 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
   // bytes of spill), up to 2 samples (seedC fp16 0.345 -> 0.339 ms). 16
   // channels: 4 blocks (64 registers, 12 bytes of spill) where shared memory
   // allows 4, one sample per block (seedD fp16 0.377 -> 0.348 ms; 4 blocks with
-  // 4 samples was 0.41). perf-notes v11. CONVT2D_DTC_MINB = 2, 3, 4 and
+  // 4 samples was 0.41). perf-log v11. CONVT2D_DTC_MINB = 2, 3, 4 and
   // CONVT2D_DTC_NPB = 1, 2, 4, ...: A/B.
   int minb = kNT == 8 ? 2 : 3;
   int64_t max_npb = kNT == 8 ? 4 : kNT == 4 ? 2 : 1;

@@ -70,7 +70,7 @@ struct IgemmParams {
   int64_t tiles = 0;
   // Each dimension's phase geometry (make_geo of phase r, mma_core.cuh), filled on the host
   // by fill_phase_geo: a tile reads it (phase_geo) instead of recomputing it, which cost
-  // two dozen divisions at every tile start (perf-notes v17). geo_ok = 0: not filled (more
+  // two dozen divisions at every tile start (perf-log v17). geo_ok = 0: not filled (more
   // than kGeoTab phases, or a value past int32), the device computes it.
   struct PhaseGeo {
     int32_t om, oa, im, ia, it, nq, k0, ks, ntap;

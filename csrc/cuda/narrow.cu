@@ -270,7 +270,7 @@ static bool nw_config(const Problem& p, int num_sms, NwCfg& cfg, int& co, int& n
   cfg.nz = int(nz);
   // Pixel warps (the rest split K): halve from 8 until the grid has >= 6 blocks per SM,
   // but stop before slices drop below 16 input channels once it has >= 1.5 per SM
-  // (measured on nine off-suite shapes, perf-notes v14).
+  // (measured on nine off-suite shapes, perf-log v14).
   auto row_tiles = [&](int wp) { return (max_nqy + wp * kNwPY - 1) / (wp * kNwPY); };
   auto blocks = [&](int wp) { return p.sh * p.sw * row_tiles(wp) * cfg.nqx_t * nz; };
   int wp = 8;

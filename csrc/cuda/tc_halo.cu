@@ -38,7 +38,7 @@
 // prm.wflag), big*big and the cross terms are summed apart and the cross terms
 // dropped where big*big is not finite (as SplitMma does: inf*small is NaN).
 //
-// 3xFP16 (kF16x3, perf-notes v15-v17): the same three products on fp16 halves scaled by
+// 3xFP16 (kF16x3, perf-log v15-v17): the same three products on fp16 halves scaled by
 // powers of two (a scale per item and per weight column). Its weights come through TMA
 // (both halves, the loader's thread 0), and each item's halo is loaded into registers while
 // the previous item's weights go out. A block takes one tile; the persistent variant
@@ -1010,7 +1010,7 @@ cudaError_t run_halo_split(const IgemmParams& prm, int64_t max_mv, cudaStream_t 
 // base (a quad of columns 4 j .. 4 j + 3 is then one aligned float4 per channel, inside or
 // outside the row as a whole), and TMA weights. By default it does where the widening of
 // its GEMM rows (lead, then a multiple of 4) adds at most 1/8 to every phase's rows: measured
-// against the copy and the NHWC kernel (perf-notes v18), no widening: seedA 3.639 -> 3.435
+// against the copy and the NHWC kernel (perf-log v18), no widening: seedA 3.639 -> 3.435
 // ms, unet 0.398 -> 0.345; 1/43 more rows, quads masked (v18e): vae 0.444 -> 0.442; 3/17
 // more (before the masking): dcgan 0.385 -> 0.388. CONVT2D_F16X3_NCHW=1: wherever it can
 // (tests, A/B), 0: never.
@@ -1036,14 +1036,14 @@ bool f16x3_nchw_ok(const IgemmParams& prm) {
 cudaError_t run_halo_f16x3(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
   // A block per tile: with TMA weights and the next halo prefetched it beat the persistent
   // kernel on seedA (3.75 vs 4.01 ms), dcgan and vae (0.384 vs 0.401, 0.441 vs 0.476), and
-  // lost on unet (0.408 vs 0.393) (perf-notes v17). CONVT2D_F16X3_PERSIST=1 forces the
+  // lost on unet (0.408 vs 0.393) (perf-log v17). CONVT2D_F16X3_PERSIST=1 forces the
   // persistent kernel (A/B timing).
   const char* ev = std::getenv("CONVT2D_F16X3_PERSIST");
   const bool persist = ev && ev[0] == '1';
   IgemmParams fb = prm;
   fb.src_nchw = TensorRef{};
   fb.run_if = prm.f16_flag;
-  // NCHW x (perf-notes v18): the block-per-tile kernel reads it itself where it can, and the
+  // NCHW x (perf-log v18): the block-per-tile kernel reads it itself where it can, and the
   // channels-last copy is made only for the fallback, where an operand was out of range.
   if (prm.src_nchw.ptr && !persist && f16x3_nchw_ok(prm)) {
     const cudaError_t e = run_halo<HaloTraits<__half, 128, 128, 4, true>>(prm, max_mv, st);
@@ -1098,7 +1098,7 @@ bool tc_halo_supported(const IgemmParams& prm, DType dt, MathMode math) {
 #endif
 }
 
-// 3xFP16 (perf-notes v15): forward GEMMs of more than 64 columns whose channels fill
+// 3xFP16 (perf-log v15): forward GEMMs of more than 64 columns whose channels fill
 // whole 16-byte fp16 chunks (CONVT2D_F16X3=0: never, 3xTF32 instead).
 bool tc_halo_f16x3_applies(const IgemmParams& prm) {
 #if defined(CONVT2D_WGMMA)
@@ -1112,12 +1112,12 @@ bool tc_halo_f16x3_applies(const IgemmParams& prm) {
 #endif
 }
 
-// Measured on the H100 (docs/perf-notes.md, v4.0): the halo kernel wins with three or
+// Measured on the H100 (docs/perf-log.md, v4.0): the halo kernel wins with three or
 // more tap columns when the GEMM has at most 64 columns or the type is fp32 (seedA/seedB
 // forward and grad_input); it loses with 128 16-bit columns (seedA bf16 forward: 2.04 vs
 // 1.87 ms) and with two tap columns per phase (dcgan, vae forward: 15-20% slower).
 // 3xTF32 (fp32, TF32 off): the halo kernel wherever it applies; the alternative is
-// the mma.sync 3xTF32 kernel (docs/perf-notes.md, v4.2).
+// the mma.sync 3xTF32 kernel (docs/perf-log.md, v4.2).
 bool tc_halo_preferred(const IgemmParams& prm, DType dt, MathMode math) {
 #if defined(CONVT2D_WGMMA)
   if (dt == DType::kFloat && math == MathMode::kIEEE) return true;

@@ -285,7 +285,7 @@ struct WsTraits {
   static constexpr int BM = 256, BN = BN_, S = S_, BKB = 128, CH = 8, KS = 4;
   // Loader: TPR threads per 128-byte row, each CPR chunks (sub + TPR c); a pass of
   // the 128 loader threads covers RPI rows. TPR 4 (two sectors of a row per request)
-  // halves the L2 requests of TPR 2 (one sector): measured (perf-notes v4.3)
+  // halves the L2 requests of TPR 2 (one sector): measured (perf-log v4.3)
   // seedA bf16 forward 1.87 -> 1.64 ms, dcgan 0.161 -> 0.134; TPR 8 (whole rows,
   // 4x fewer requests, L2 78% -> 32% busy) is slower than 4 (1.75 ms): more rows per
   // loader thread.
@@ -542,7 +542,7 @@ cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
     if (prm.Kc * int64_t(sizeof(T)) >= 128 && use_wgmma(prm)) {
       // Warp-specialised 256-row tiles (one block per SM) wherever its TMA loader
       // applies (measured faster than the two-block kernel on every suite row it
-      // takes, perf-notes v5: unet bf16 forward 0.161 -> 0.146 ms, seedB (Nc 64)
+      // takes, perf-log v5: unet bf16 forward 0.161 -> 0.146 ms, seedB (Nc 64)
       // 2.215 -> 1.536), and with the cp.async loader when the GEMM has more than 64
       // columns and a long enough K loop (average K row >= 12 tiles of 128 bytes);
       // below that the fill and the unoverlapped epilogue of a single resident block
@@ -654,7 +654,7 @@ static bool want_halo(const IgemmParams& prm, DType dt, MathMode math) {
   // 2.657 -> 2.314 ms) and on 16-bit grad_input (seedB bf16 1.354 -> 1.223; seedA
   // loses 1.5%, 1.750 -> 1.776); the halo kernel keeps 16-bit forward (seedB bf16
   // 1.429 vs 1.546) and fp32 with <= 64 columns (seedB 2.073 vs 2.396, seedA
-  // grad_input 2.949 vs 3.449). perf-notes v5. (With its own TMA loader, v5.1, the
+  // grad_input 2.949 vs 3.449). perf-log v5. (With its own TMA loader, v5.1, the
   // halo kernel's 16-bit grad_input on seedB measured 1.221-1.232 ms: a tie.)
   if (math == MathMode::kIEEE || use_wgmma(prm) == false) return true;
   const bool bits16 = dt != DType::kFloat;

@@ -511,7 +511,7 @@ TwTile tw_tile(const Problem& p, DType dt, MathMode math, int tile, bool xn) {
   }
   if (wg_ok && !(e && !std::strcmp(e, "nowg")) && p.kh * p.kw * p.cout_g() >= 128)
     return p.cin_g() > 64 ? TwTile::kWg128 : TwTile::kWg64;
-  // Measured on the suite (docs/perf-notes.md, v3.2): 64x64 warp tiles win in
+  // Measured on the suite (docs/perf-log.md, v3.2): 64x64 warp tiles win in
   // every dtype; 128 channels of ci per tile once there are that many.
   return p.cin_g() > 64 ? TwTile::kBigWide : TwTile::kBigTall;
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call: build for sm_90, correctness sweep, tests, benchmark. Logs under $OUT.
+# One device call: build (TORCH_CUDA_ARCH_LIST=$ARCH, default 9.0a), correctness sweep, tests,
+# benchmark, A/B and profiling steps. Logs under $OUT.
 # usage: bash scripts/gpu_run.sh [quick] [check] [tests] [pytests] [ab] [envab] [sanitize] [breakdown] [bench]
 #   (QUICK_K: pytest -k filter for tests/test_cuda.py; AB_ARGS, EA_ARGS, BENCH_ARGS: extra args)
 set -uo pipefail

@@ -1,4 +1,4 @@
-"""Inputs of the suite rows for the GPU timing scripts (env_ab.py, bwd_split.py, breakdown.py)."""
+"""Inputs of the suite rows for the GPU timing scripts (env_ab.py, breakdown.py, f16x3_err.py)."""
 from collections import defaultdict
 
 import torch

@@ -229,7 +229,8 @@ def write_build_info(cuda, arch_list, wgmma):
 
 common_sources = (["csrc/ops.cpp", "csrc/glue.cpp", "csrc/tuning.cpp"] + sorted(glob.glob("csrc/autograd/*.cpp"))
                   + sorted(glob.glob("csrc/cpu/*.cpp")))
-cuda_sources = sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/cuda/*.cu"))
+cuda_sources = (sorted(glob.glob("csrc/cuda/**/*.cpp", recursive=True))
+                + sorted(glob.glob("csrc/cuda/**/*.cu", recursive=True)))
 # No -std flag: torch's BuildExtension adds the standard its own headers need
 # (c++17 up to torch 2.11, c++20 later; torch 2.14's c10 headers fail under c++17).
 cxx_flags = ["-O3"]

@@ -1,6 +1,6 @@
-"""Generate csrc/cuda/wgmma.cuh: wgmma.mma_async wrappers (D[64xN] f32 += A*B, both
+"""Generate csrc/cuda/common/wgmma.cuh: wgmma.mma_async wrappers (D[64xN] f32 += A*B, both
 operands K-major in shared memory via descriptors), one per (type, N).
-Run: python scripts/gen_wgmma.py > csrc/cuda/wgmma.cuh"""
+Run: python scripts/gen_wgmma.py > csrc/cuda/common/wgmma.cuh"""
 
 TYPES = [("__nv_bfloat16", "bf16", 16, True), ("__half", "f16", 16, True), ("float", "tf32", 8, False)]
 NS = (64, 128)

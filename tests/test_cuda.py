@@ -266,7 +266,7 @@ def test_tensor_core_kernels_forced(cfg, dtype, layout, ws, monkeypatch):
     check(x, w, b, cfg.kwargs(), what=f"ws={ws} {layout} ")
 
 
-# The Hopper halo kernel (tc_halo.cu): GEMM rows widened by the tap columns' reach, tap
+# The Hopper halo kernel (implicit_gemm/igemm_halo_sm90.cu): GEMM rows widened by the tap columns' reach, tap
 # columns as shifted views of one staged halo. Shapes: tiles spanning image rows and images
 # (narrow W), the largest reach (16: kw 17, or kw 9 at dilation 2), padding that crops taps
 # (source column offset > 0), output_padding, partial M, N and K tiles (Nc 40 / 136, Kc 96),
@@ -663,7 +663,7 @@ _HALO_NCHW = r">, (true|false), true, [12]>|ELb[01]ELb1ELi[12]EEEv"
 
 
 def _copied_x(names):
-    """Whether an ungated NCHW -> channels-last copy kernel ran (layout.cu)."""
+    """Whether an ungated NCHW -> channels-last copy kernel ran (common/layout_kernels.cu)."""
     return any(re.search(r"nchw_to_nhwc(_c4|_vec)?_kernel", n) for n in names)
 
 
@@ -752,7 +752,7 @@ def test_halo_kernel_is_the_default_where_it_applies(monkeypatch):
     assert sum(_split_halo(n) for n in names) == 2, names
 
 
-# grad_weight on tensor cores (tc_wgrad.cu): M = kh*kw*Cog mixes taps inside one tile, so
+# grad_weight on tensor cores (grad_weight/wgrad_tensor_core.cu): M = kh*kw*Cog mixes taps inside one tile, so
 # these shapes put tile edges mid-tap (Cog 24, 40), leave partial N tiles (Cig 40, 136 > the
 # 128-wide tile), use groups, strides, dilation, padding that crops taps, and a K
 # (N*H*W pixels) long enough for many split-K slices with a short last one; 272 taps.
@@ -784,7 +784,7 @@ def test_grad_weight_kernels(cfg, dtype, layout, kernel, monkeypatch):
         check(x, w, b, cfg.kwargs(), what=f"{kernel} {layout} {dtype} ")
 
 
-# grad_weight on wgmma (tc_wgrad.cu kWg: 16-bit, x channels-last, compute capability 9.0 with
+# grad_weight on wgmma (grad_weight/wgrad_tensor_core.cu kWg: 16-bit, x channels-last, compute capability 9.0 with
 # an sm_90a build): every wgmma tile on the grad_weight shapes above plus partial tiles in
 # both GEMM dimensions (Cin/groups = 72 of a 64 / 128 tile, taps * Cout/groups = 3 * 40 = 120
 # of 256) and a split-K run over several images.
@@ -829,7 +829,7 @@ def test_grad_weight_wgmma(cfg, dtype, tile, monkeypatch):
     check(x, w, b, k, what=f"wgmma {tile} {dtype} ")
 
 
-# grad_weight reading NCHW x K-major (tc_wgrad.cu kXN: no channels-last copy of x) on every
+# grad_weight reading NCHW x K-major (grad_weight/wgrad_tensor_core.cu kXN: no channels-last copy of x) on every
 # tile: H*W = 8 (a 32-pixel k-tile spans four images), 72 (k-tiles straddle images), a
 # channel tail (Cin/groups = 40 of a 64 / 128-channel tile), groups, stride and padding.
 _WGRAD_XN_CFGS = [
@@ -870,7 +870,7 @@ def test_grad_weight_nchw_x(cfg, dtype, tile, monkeypatch):
         check(x, w, b, k, what=f"nchw x {tile} {dtype} ")
 
 
-# grad_weight on wgmma from the NCHW tensors (tc_wgrad_km.cu; fp32: 3xTF32 with TF32 off, TF32
+# grad_weight on wgmma from the NCHW tensors (grad_weight/wgrad_nchw_sm90.cu; fp32: 3xTF32 with TF32 off, TF32
 # with CONVT2D_WGRAD_KM=1; at least 32 channels per group): row widths that are not whole
 # 32-pixel tiles nor multiples of 4 (the padded-row copy), a channel tail in both GEMM
 # dimensions (Cin 72 of two 64-ci tiles, Cout 96 / 40 of 64-co slabs), an odd item count
@@ -1110,7 +1110,7 @@ _DIRECT_CFGS = [
 @pytest.mark.parametrize("cfg", _DIRECT_CFGS, ids=lambda c: c.id())
 def test_direct_kernel_shapes(cfg, dtype, layout, monkeypatch):
     """16-bit and fp32 with TF32 allowed ("fp32-tf32") run the tensor-core direct kernel
-    (direct_tc.cu); "fp16-cuda-cores" forces the CUDA-core one (CONVT2D_DIRECT_TC=0), and fp32
+    (forward/direct_tensor_core.cu); "fp16-cuda-cores" forces the CUDA-core one (CONVT2D_DIRECT_TC=0), and fp32
     with TF32 off always runs it."""
     monkeypatch.setenv("CONVT2D_KERNEL", "direct")
     if dtype == "fp16-cuda-cores":
@@ -1186,7 +1186,7 @@ def test_direct_tc_single_warp_block(nt, dtype, monkeypatch):
             check(x, w, b, cfg.kwargs(), backward=False, what=f"one-warp nt={nt} ")
 
 
-# The narrow kernel (narrow.cu): 1..8 output channels per group (CO = 1, 2, 3, 4, and 8 with
+# The narrow kernel (forward/narrow_output.cu): 1..8 output channels per group (CO = 1, 2, 3, 4, and 8 with
 # the padding of 5..7), many input channels. Shapes: a GAN RGB layer (k4 s2 p1, bias);
 # Cout 1 with 40 input channels (slices of uneven length); Cout 2 with output_padding and
 # W = 37 (two column tiles, one partial); stride 1 k3 (three tap rows: the 4-row chunk with
@@ -1253,7 +1253,7 @@ def test_narrow_kernel_routing(dtype, monkeypatch):
     check(x, w, b, dil.kwargs(), backward=False, what="narrow declined ")
 
 
-# The patch GEMM (patch_gemm.cu): kernel == stride, no padding, NCHW; one GEMM per (n, group)
+# The patch GEMM (forward/patch_gemm.cu): kernel == stride, no padding, NCHW; one GEMM per (n, group)
 # pixel-shuffled in the epilogue. Shapes: U-Net-like; a K tail (Cin/groups not a multiple of
 # the 32 / 16-channel k-tile) and an N tail (Cout/groups*kh*kw not a multiple of 128);
 # groups; W = 40 (8-wide tiles); W = 200 (two 128-wide column tiles, one partial) with
@@ -1316,7 +1316,7 @@ def test_patch_gemm_is_the_default_for_unet_like_shapes(dtype, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_channels_last_copy_odd_pixel_counts(dtype):
-    """Backward with odd H*W. In fp32 the first shape runs layout.cu's 4-channel-vector copy
+    """Backward with odd H*W. In fp32 the first shape runs common/layout_kernels.cu's 4-channel-vector copy
     for x (16 channels, 99 pixels) and grad_output (12 channels, 357 pixels), several pixel
     tiles with a partial one; its channel counts are not multiples of 8, so bf16 (and both
     dtypes on the grouped second shape) take the paths without channels-last copies. The
@@ -1361,7 +1361,7 @@ def test_patch_gemm_random_shapes(cfg, dtype, monkeypatch):
     check(x, w, b, cfg.kwargs(), backward=False, what="patch random ")
 
 
-# The backward's tap gather (layout.cu) for kh*kw <= sh*sw: grad_output gathered channels-last
+# The backward's tap gather (common/layout_kernels.cu) for kh*kw <= sh*sw: grad_output gathered channels-last
 # per tap, both gradients then 1x1 problems over Cout*kh*kw channels. Shapes: seedC-like
 # (k=3 d=2 s=5 p=1: border taps outside grad_output); U-Net's k=2 s=2 with bias; groups with
 # padding and output padding and two pixel tiles (W = 70, one partial); Cout*kh*kw = 80 (a

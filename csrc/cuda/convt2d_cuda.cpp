@@ -1,5 +1,5 @@
 // CUDA op glue: validation, device guard, allocation, weight packing and the
-// choice of kernel. Kernels (in *.cu) only see the plain structs of kernels.h.
+// choice of kernel. Kernels (in *.cu) only see the plain structs of common/kernels.h.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -7,7 +7,7 @@
 #include <torch/library.h>
 
 #include "common/tuning.h"
-#include "cuda/kernels.h"
+#include "cuda/common/kernels.h"
 #include "glue.h"
 
 #include <algorithm>
@@ -105,7 +105,7 @@ at::Tensor to_channels_last(const at::Tensor& t, cudaStream_t st) {
 }
 
 // The narrow kernel's routing bound: reduced channels per output (Cin/groups x taps per
-// phase) from which it runs for 1..8 outputs per group (narrow.cu). It beat the direct
+// phase) from which it runs for 1..8 outputs per group (forward/narrow_output.cu). It beat the direct
 // kernels and the GEMM on all 13 shapes measured, down to 18 reduced channels per
 // output (perf-log v14); below that (output-write-bound) it is unmeasured.
 constexpr double kNarrowMinK = 16;
@@ -383,7 +383,7 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
   check_launch(cuda::launch_igemm(prm, dt, math, st), "implicit GEMM");
 }
 
-// grad_weight on CUDA cores / WMMA (wgrad.cu): any dtype, layout and channel count.
+// grad_weight on CUDA cores / WMMA (grad_weight/wgrad_cuda_core.cu): any dtype, layout and channel count.
 void run_wgrad_v1(cuda::WgradParams& prm, const at::Tensor& input, const at::Tensor& grad_output,
                   DType dt, MathMode math, int sms, cudaStream_t st) {
   const Problem& p = prm.p;
@@ -449,7 +449,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     check_launch(cuda::launch_direct_forward(prm, dt, st), "direct forward");
   };
   // 1..8 outputs per group with many reduced channels per output (a GAN's RGB layer):
-  // the narrow CUDA-core kernel (narrow.cu). false: not taken, nothing launched.
+  // the narrow CUDA-core kernel (forward/narrow_output.cu). false: not taken, nothing launched.
   auto run_narrow = [&]() -> bool {
     auto w = weight.contiguous();
     const cuda::DirectParams prm = direct_params(w);
@@ -458,7 +458,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     return launched;
   };
   // kernel == stride (no padding, dilation 1): one GEMM per (n, group) straight from NCHW,
-  // pixel-shuffled in the epilogue (patch_gemm.cu). false: not taken, nothing launched.
+  // pixel-shuffled in the epilogue (forward/patch_gemm.cu). false: not taken, nothing launched.
   auto run_patch = [&]() -> bool {
     auto w = weight.contiguous();
     cuda::PatchParams pp;
@@ -574,7 +574,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     const bool tc_wgrad = output_mask[1] && p.N > 0 && is_sm80_plus() && dt != DType::kDouble &&
                           std::strcmp(kernel_override(), "v1") != 0 && p.cin_g() % chunk == 0 &&
                           p.cout_g() % chunk == 0 && input.numel() > 0;
-    // fp32 grad_weight from the NCHW tensors themselves on Hopper wgmma (tc_wgrad_km.cu):
+    // fp32 grad_weight from the NCHW tensors themselves on Hopper wgmma (grad_weight/wgrad_nchw_sm90.cu):
     // taken for IEEE fp32 (3xTF32) where it applies; CONVT2D_WGRAD_KM=1 / 0: also for TF32
     // / never (A/B).
     const char* km_env = std::getenv("CONVT2D_WGRAD_KM");
@@ -715,7 +715,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   // and at most 1.5x as many gathered elements as grad_output has (heavy padding can make
   // it many times more; a little over 1x, from cropped edge taps, still gains);
   // strides, paddings, dilations below 2^20 and kernel sizes below 2^10 (the gather kernel
-  // keeps them in 32-bit ints): grad_output's tap gather (layout.cu; channels-last) makes
+  // keeps them in 32-bit ints): grad_output's tap gather (common/layout_kernels.cu; channels-last) makes
   // both gradients 1x1 problems over Cout*kh*kw channels, with the weight viewed as
   // [Cin][Cog*kh*kw][1][1]. It replaces the channels-last copy of all of grad_output that
   // the strided problem reads only kh*kw/(sh*sw) of. CONVT2D_BWD_GATHER=0: off (A/B).

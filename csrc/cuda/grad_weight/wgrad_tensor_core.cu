@@ -1,6 +1,6 @@
 // grad_weight on tensor cores (mma.sync, sm_80+).
 //
-// Mapping (kernels.h, WgradParams): per group g one GEMM with a long K,
+// Mapping (common/kernels.h, WgradParams): per group g one GEMM with a long K,
 //   C[m][n] = sum over input pixels k = (img, iy, ix) of A[m][k] * B[k][n]
 //   m = tap * Cog + co   (tap = ky * kw + kx)        M = kh * kw * Cog
 //   n = ci                                            N = Cig
@@ -18,10 +18,10 @@
 // Split-K: blockIdx.y takes k_per_split pixels and writes its partial C to
 // ws[split][g][m][n] (fp32); a second kernel sums the splits in a fixed
 // order into grad_weight [Cin][Cog][kh][kw] (deterministic).
-#include "cuda/kernels.h"
-#include "cuda/mma_core.cuh"
-#include "cuda/ptx.cuh"
-#include "cuda/wgmma.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/mma_core.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/wgmma.cuh"
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
     wr = wr == S - 1 ? 0 : wr + 1;
     const uint32_t st = sbase + rd * kStage;
     rd = rd == S - 1 ? 0 : rd + 1;
-    // 3xTF32: this stage's partial sums (ptx.cuh, SplitMma).
+    // 3xTF32: this stage's partial sums (common/ptx.cuh, SplitMma).
     SplitMma<T, Tr::kSplit, MI, NI> sm;
     sm.begin_tile();
 #pragma unroll
@@ -660,7 +660,7 @@ bool dense_cl(const TensorRef& t, int64_t N, int64_t C, int64_t H, int64_t W) {
 
 // The reduction's launch limits (launch_tw_reduce): grid y (co tiles) and z (groups) at
 // most 65535, and 32 * (taps | 1) floats of shared memory within every sm_80+ GPU's
-// opt-in limit (99 KB on sm_86 / sm_89): taps <= 768. Shapes beyond go to wgrad.cu.
+// opt-in limit (99 KB on sm_86 / sm_89): taps <= 768. Shapes beyond go to grad_weight/wgrad_cuda_core.cu.
 bool tw_reduce_fits(const Problem& p) {
   if (p.kh * p.kw > 768 || p.groups > 65535) return false;
   const int64_t cc = tw_reduce_cc(p);

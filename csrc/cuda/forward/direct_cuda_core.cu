@@ -27,9 +27,9 @@
 // modulo in the loops. Global indices are 64-bit; the inner loops only
 // advance pointers.
 #include <cstdlib>
-#include "cuda/kernels.h"
-#include "cuda/mma_core.cuh"
-#include "cuda/direct_tile.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/mma_core.cuh"
+#include "cuda/common/direct_tile.cuh"
 
 namespace convt2d {
 namespace cuda {

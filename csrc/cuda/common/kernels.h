@@ -42,7 +42,7 @@ struct IgemmParams {
   int64_t phases_y = 1, phases_x = 1;
   int64_t max_m = 0;           // largest per-phase M (grid sizing)
   int ws = -1;                 // Hopper kernels: -1 heuristic, 0 two-block, 1 warp-specialised,
-                               // 2 halo (tc_halo.cu) where supported, else the heuristic
+                               // 2 halo (implicit_gemm/igemm_halo_sm90.cu) where supported, else the heuristic
   // 3xTF32 on the halo kernel (fp32, TF32 off): wpk split into big and small TF32
   // halves (launch_split_tf32, same layout as wpk), and a device int that is nonzero
   // when a weight is not finite or |w| >= 2^60. wpk itself stays the unsplit weight.
@@ -61,14 +61,14 @@ struct IgemmParams {
   const int* run_if = nullptr;
   // Forward, fp32 with TF32 off, NCHW x (set by the op glue): src is then an unfilled
   // channels-last buffer for the same tensor and src_nchw the NCHW original. The 3xFP16
-  // halo kernel reads src_nchw itself where it can (tc_halo.cu, f16x3_nchw_ok), and src is
+  // halo kernel reads src_nchw itself where it can (implicit_gemm/igemm_halo_sm90.cu, f16x3_nchw_ok), and src is
   // then filled only for its 3xTF32 fallback, gated on f16_flag; every other path fills src
   // first (fill_src_nhwc).
   TensorRef src_nchw;
   // Kernels whose blocks take several tiles (the persistent 3xFP16 and looped 3xTF32 halo
   // kernels): the number of tiles, taken in turn (tile = block index + k * grid size).
   int64_t tiles = 0;
-  // Each dimension's phase geometry (make_geo of phase r, mma_core.cuh), filled on the host
+  // Each dimension's phase geometry (make_geo of phase r, common/mma_core.cuh), filled on the host
   // by fill_phase_geo: a tile reads it (phase_geo) instead of recomputing it, which cost
   // two dozen divisions at every tile start (perf-log v17). geo_ok = 0: not filled (more
   // than kGeoTab phases, or a value past int32), the device computes it.
@@ -81,14 +81,14 @@ struct IgemmParams {
 };
 
 // The current device's SM count, queried per call (the devices of one process may
-// differ): grid sizing of the narrow and the persistent / looped halo kernels (narrow.cu).
+// differ): grid sizing of the narrow and the persistent / looped halo kernels (forward/narrow_output.cu).
 int sm_count();
 
 // prm.src (channels-last) from prm.src_nchw (forward: N x Cin x H x W, contiguous): always
-// (run_if null) or only where *run_if != 0 (tc_halo.cu). Nothing when src_nchw is unset.
+// (run_if null) or only where *run_if != 0 (implicit_gemm/igemm_halo_sm90.cu). Nothing when src_nchw is unset.
 cudaError_t fill_src_nhwc(const IgemmParams& prm, const int* run_if, cudaStream_t st);
 
-// Fills prm.geo_y / geo_x / geo_ok from prm.p, mode, phases and Hd / Wd (igemm.cu).
+// Fills prm.geo_y / geo_x / geo_ok from prm.p, mode, phases and Hd / Wd (implicit_gemm/igemm_cuda_core.cu).
 void fill_phase_geo(IgemmParams& prm);
 
 // grad_weight[ci, co, ky, kx] = sum over (n, iy, ix) of x * grad_out(gathered):
@@ -102,17 +102,17 @@ struct WgradParams {
   void* gw = nullptr;         // [Cin][Cog][kh][kw] contiguous, dtype of x
   int64_t splits = 1;
   int64_t k_per_split = 0;    // pixels per split (multiple of the tile's BK)
-  int tile = -1;              // tensor-core tile (tc_wgrad.cu TwTile): -1 heuristic
-  // tc_wgrad.cu: x is NCHW contiguous (not channels-last): its tiles are read K-major
+  int tile = -1;              // tensor-core tile (grad_weight/wgrad_tensor_core.cu TwTile): -1 heuristic
+  // grad_weight/wgrad_tensor_core.cu: x is NCHW contiguous (not channels-last): its tiles are read K-major
   // (pixels contiguous), so the backward needs no channels-last copy of x.
   bool x_nchw = false;
-  // tc_wgrad_km.cu with sw > 1: gout holds grad_out as sw stride-phase planes
+  // grad_weight/wgrad_nchw_sm90.cu with sw > 1: gout holds grad_out as sw stride-phase planes
   // [N][Cout][sw][Ho][ceil(Wo/sw)] (plane r: columns r, r + sw, ...; gout.sh / sc / sn the
   // row / channel / image strides), gout_sp the stride between planes.
   int64_t gout_sp = 0;
 };
 
-// grad_weight on tensor cores (tc_wgrad.cu): grad_out read channels-last (sc == 1,
+// grad_weight on tensor cores (grad_weight/wgrad_tensor_core.cu): grad_out read channels-last (sc == 1,
 // 16-byte aligned pixels), x channels-last too or, with x_nchw, NCHW contiguous with
 // H*W whole 16-byte chunks; per group one GEMM with M = kh*kw*Cog
 // (m = tap*Cog + co), N = Cig, K = N*H*W, split-K into the fp32 workspace
@@ -129,7 +129,7 @@ struct DirectParams {
   TensorRef x, out;
   const void* w = nullptr;     // [Cin][Cog][kh][kw] contiguous
   const void* bias = nullptr;  // [Cout] or nullptr
-  // Tensor-core kernel (direct_tc.cu): the weight packed as
+  // Tensor-core kernel (forward/direct_tensor_core.cu): the weight packed as
   // [G][ceil(Cog/kC)][kh*kw][ceil(Cig/kCh)][kC][kCh], zero padded, kCh = 16 bytes of
   // elements (8 for 16-bit, 4 for fp32), kC = wpk_channels = direct_tc_channels(p, dt,
   // math); nullptr: the CUDA-core kernels run.
@@ -137,7 +137,7 @@ struct DirectParams {
   int wpk_channels = 0;
 };
 
-// Forward for kernel == stride, no padding / output padding, dilation 1 (patch_gemm.cu):
+// Forward for kernel == stride, no padding / output padding, dilation 1 (forward/patch_gemm.cu):
 // per (n, group) one GEMM C[h*W + w][(co*kh + ky)*kw + kx] = x[ci][h*W + w] . w[ci][...]
 // read straight from NCHW x and the unpacked weight, pixel-shuffled in the epilogue
 // into NCHW out. x, out, w contiguous (NCHW / [Cin][Cog][kh][kw]).
@@ -151,15 +151,15 @@ struct PatchParams {
 
 // Launchers: return cudaSuccess or the launch error.
 cudaError_t launch_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
-// Tensor-core v2 (tc_igemm.cu): src read channels-last (src.sc == 1), wpk
+// Tensor-core v2 (implicit_gemm/igemm_tensor_core.cu): src read channels-last (src.sc == 1), wpk
 // packed K-major [G][kh][kw][Nc][Kc]; fp32 in MathMode::kIEEE runs as 3xTF32.
 bool tc_igemm_supported(const IgemmParams& prm, DType dt);
 cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
-// Halo variant (tc_halo.cu, sm_90a builds on compute capability 9.0): the tap
+// Halo variant (implicit_gemm/igemm_halo_sm90.cu, sm_90a builds on compute capability 9.0): the tap
 // columns read shifted views of one staged source halo. fp32 in MathMode::kIEEE
 // runs as 3xTF32 and needs prm.wpk_hi / wpk_lo / wflag.
 bool tc_halo_supported(const IgemmParams& prm, DType dt, MathMode math);
-// The heuristic's choice among the supported shapes (measured, see tc_halo.cu).
+// The heuristic's choice among the supported shapes (measured, see implicit_gemm/igemm_halo_sm90.cu).
 bool tc_halo_preferred(const IgemmParams& prm, DType dt, MathMode math);
 cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
 // fp32 -> big and small TF32 halves (3xTF32, round to nearest; a finite value that
@@ -183,7 +183,7 @@ bool tc_halo_f16x3_applies(const IgemmParams& prm);
 bool wgmma_device();
 cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 bool tc_wgrad_supported(const WgradParams& prm, DType dt);
-// tile: -1 heuristic, else one of kTcWgradTiles (tc_wgrad.cu); the same value must
+// tile: -1 heuristic, else one of kTcWgradTiles (grad_weight/wgrad_tensor_core.cu); the same value must
 // then be in WgradParams::tile.
 TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile,
                           bool x_nchw);
@@ -193,7 +193,7 @@ cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cud
 // prm.gw (the tensor-core grad_weight kernels' second step), and its launch limits.
 bool tc_wgrad_reduce_fits(const Problem& p);
 cudaError_t launch_tc_wgrad_reduce(const WgradParams& prm, DType dt, cudaStream_t st);
-// grad_weight on Hopper wgmma from NCHW operands (tc_wgrad_km.cu; fp32: 3xTF32 with
+// grad_weight on Hopper wgmma from NCHW operands (grad_weight/wgrad_nchw_sm90.cu; fp32: 3xTF32 with
 // MathMode::kIEEE, else TF32): x and grad_out read K-major (pixels contiguous) by TMA,
 // so neither needs a channels-last copy (with sw > 1 grad_out comes as stride-phase
 // planes, WgradParams::gout_sp). Needs an sm_90a build on a 9.0 device, x / grad_out with
@@ -204,7 +204,7 @@ bool tc_wgrad_km_supported(const WgradParams& prm, DType dt);
 TcWgradPlan tc_wgrad_km_plan(const Problem& p, int num_sms);
 cudaError_t launch_tc_wgrad_km(const WgradParams& prm, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
-// Narrow forward (narrow.cu; fp32 / fp16 / bf16, fp32 FMA for all): 1..8 output
+// Narrow forward (forward/narrow_output.cu; fp32 / fp16 / bf16, fp32 FMA for all): 1..8 output
 // channels per group with many reduced channels per output (a GAN's RGB layer), the
 // taps' row offsets stepping by one (dilation dividing the stride), phase weights
 // within 64 KB. launched = false: not taken, nothing launched. It ignores wpk.
@@ -219,7 +219,7 @@ bool patch_gemm_supported(const Problem& p, DType dt);
 // launched = false: not taken (shape, alignment or grid limits), nothing launched.
 cudaError_t launch_patch_gemm(const PatchParams& prm, DType dt, MathMode math, cudaStream_t st,
                               bool& launched);
-// Tensor-core direct forward (direct_tc.cu; bf16 / fp16, and fp32 with TF32 allowed, on
+// Tensor-core direct forward (forward/direct_tensor_core.cu; bf16 / fp16, and fp32 with TF32 allowed, on
 // compute capability 8.0+).
 // launched = false: not taken (no packed weight prm.wpk, i.e. direct_tc_channels
 // said 0: other dtype, shape outside its limits, or CONVT2D_DIRECT_TC=0), nothing
@@ -229,7 +229,7 @@ cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st,
 // problem, or 0 when it does not take it; the glue packs DirectParams::wpk for it.
 int direct_tc_channels(const Problem& p, DType dt, MathMode math);
 
-// Contiguous NCHW -> contiguous NHWC (channels-last) copy (layout.cu).
+// Contiguous NCHW -> contiguous NHWC (channels-last) copy (common/layout_kernels.cu).
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,
                                 int elem_bytes, cudaStream_t st);
 // The same copy of 4-byte elements, done only where *run_if != 0 (one wave of blocks that
@@ -238,7 +238,7 @@ cudaError_t launch_nchw_to_nhwc_if(const void* src, void* dst, int64_t N, int64_
                                    const int* run_if, cudaStream_t st);
 
 // Tap gather of NCHW-contiguous grad_output into channels-last dst [N][H][W][Cout*kh*kw]
-// (layout.cu): dst[n][y][x][c*kh*kw + ky*kw + kx] = gout[n][c][y*sh - ph + ky*dh]
+// (common/layout_kernels.cu): dst[n][y][x][c*kh*kw + ky*kw + kx] = gout[n][c][y*sh - ph + ky*dh]
 // [x*sw - pw + kx*dw], zero outside; the backward's 1x1 view when kh*kw <= sh*sw.
 // cudaErrorInvalidValue: not taken (Cout*kh*kw not a multiple of 4, grid limits,
 // dst alignment), nothing launched.
@@ -246,7 +246,7 @@ cudaError_t launch_tap_gather(const void* gout, void* dst, const Problem& p, int
                               cudaStream_t st);
 
 // out[g][c][b][a] = in[g][a][b][c], both contiguous, 2- or 4-byte elements, C <= 256
-// (layout.cu; the weight packing). cudaErrorInvalidValue: not taken, nothing launched.
+// (common/layout_kernels.cu; the weight packing). cudaErrorInvalidValue: not taken, nothing launched.
 cudaError_t launch_reverse3(const void* in, void* out, int64_t G, int64_t A, int64_t B,
                             int64_t C, int elem_bytes, cudaStream_t st);
 

@@ -1,7 +1,7 @@
 // Direct forward on tensor cores for bf16 / fp16 (mma.sync m16n8k16) and for fp32
 // with TF32 allowed (m16n8k8 tf32; fp32 accumulate throughout): the shapes the glue
 // routes to the direct kernel (few reduced channels per output: seedC, seedD). The
-// CUDA-core kernel (direct.cu) spends ~80% of its issue slots on gathers and address
+// CUDA-core kernel (forward/direct_cuda_core.cu) spends ~80% of its issue slots on gathers and address
 // arithmetic around the FMAs (ncu, perf-log v5.2); here the activation is staged
 // once per block in shared memory and the products run on tensor cores.
 //
@@ -10,7 +10,7 @@
 // same for both: an 8x8 b16 matrix is 8 rows x 4 tf32 values, and lane l receives
 // (row l/4, value l%4), exactly the tf32 fragment element (g, t). fp32 operands go
 // to the tensor cores as their bits (the low 13 mantissa bits ignored, as
-// tc_igemm.cu).
+// implicit_gemm/igemm_tensor_core.cu).
 //
 // Tile (as direct2_fwd_kernel): one block owns QY rows of row phase ry by
 // 32*sw consecutive output columns, for kC = 8*kNT output channels of one
@@ -34,10 +34,10 @@
 //   Column phases no tap reaches stage the bias; row phases no tap reaches are
 //   written directly.
 #include <cstdlib>
-#include "cuda/kernels.h"
-#include "cuda/mma_core.cuh"
-#include "cuda/ptx.cuh"
-#include "cuda/direct_tile.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/mma_core.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/direct_tile.cuh"
 
 namespace convt2d {
 namespace cuda {

@@ -2,7 +2,7 @@
 // views of one shared-memory halo, so the activation is read from L2 once per
 // tap row instead of once per tap.
 //
-// Mapping: the kernels.h GEMM of one phase and group, with the phase's output
+// Mapping: the common/kernels.h GEMM of one phase and group, with the phase's output
 // rows widened to wv = nqx + xt pixels, xt = (ntap_x - 1) * |it_x| (the reach of
 // the tap columns in source pixels). GEMM row m = (n, qy, u), u in [0, wv);
 // pixels u >= nqx are computed and dropped. Tap column jx of row m reads source
@@ -45,11 +45,11 @@
 // (kPersist, CONVT2D_F16X3_PERSIST=1) has min(tiles, SMs) blocks take tiles in turn, the
 // consumers writing C from the accumulators while the loader fills the next tile. Its
 // 3xTF32 fallback is looped (kLoop): a gated launch of one wave of blocks.
-#include "cuda/igemm_tile.cuh"
-#include "cuda/kernels.h"
-#include "cuda/ptx.cuh"
-#include "cuda/tma_maps.cuh"
-#include "cuda/wgmma.cuh"
+#include "cuda/common/implicit_gemm_tile.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/tma_maps.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "common/static_switch.h"
 #include <algorithm>
 #include <climits>
@@ -237,7 +237,7 @@ __device__ __forceinline__ float f4_at(const float4& q, int p) {
 // TMA loader (kTma, not with kSplit): one thread issues, per tap row and channel
 // tile, one im2col copy of the BM + xt halo rows (the phase's map: W window widened
 // by xt, W offset 0, the tap row as H offset), and per tap column one tiled copy of
-// the weight box (tma_maps.cuh).
+// the weight box (common/tma_maps.cuh).
 template <class Tr, bool kChanOut, bool kTma, int kNchw = 0>
 __global__ void __launch_bounds__(384, 1) tc_halo_kernel(const __grid_constant__ TmaArgs<kTma> args) {
   if constexpr (!kSm90aPass<Tr>) {

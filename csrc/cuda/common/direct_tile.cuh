@@ -1,13 +1,13 @@
-// Pieces shared by the direct forward kernels (direct.cu: CUDA-core FMA,
-// direct_tc.cu: tensor cores): the per-phase tables, the output tile store and
+// Pieces shared by the direct forward kernels (forward/direct_cuda_core.cu: CUDA-core FMA,
+// forward/direct_tensor_core.cu: tensor cores): the per-phase tables, the output tile store and
 // the device's shared-memory limit.
 #pragma once
 #include <cstdint>
 #include <type_traits>
 #include <cuda_runtime.h>
 #include "common/problem.h"
-#include "cuda/kernels.h"
-#include "cuda/mma_core.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/mma_core.cuh"
 
 namespace convt2d {
 namespace cuda {

@@ -2,7 +2,7 @@
 // multi-stage pipeline into XOR-swizzled shared memory, ldmatrix fragments,
 // C tile staged through shared memory for coalesced NCHW or NHWC stores.
 //
-// Mapping (kernels.h, IgemmParams): one GEMM per stride phase and group.
+// Mapping (common/kernels.h, IgemmParams): one GEMM per stride phase and group.
 //   A[m][k]: m = output pixel of the phase, k = (tap, channel); the source is
 //            read channels-last (src.sc == 1), so a 16-byte chunk of A is 8
 //            (16-bit) or 4 (fp32) consecutive channels of one source pixel.
@@ -12,12 +12,12 @@
 // which makes both the cp.async stores and the ldmatrix reads conflict-free.
 // The fragment addressing is the same for bf16/fp16 (m16n8k16) and tf32
 // (m16n8k8): a k-step is 32 bytes = 2 chunks in both cases.
-#include "cuda/igemm_tile.cuh"
-#include "cuda/kernels.h"
-#include "cuda/mma_core.cuh"
-#include "cuda/ptx.cuh"
-#include "cuda/tma_maps.cuh"
-#include "cuda/wgmma.cuh"
+#include "cuda/common/implicit_gemm_tile.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/mma_core.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/tma_maps.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "common/static_switch.h"
 #include <cstdint>
 #include <cstdlib>
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       continue;
     }
-    // 3xTF32: this k-tile's partial sums (ptx.cuh, SplitMma).
+    // 3xTF32: this k-tile's partial sums (common/ptx.cuh, SplitMma).
     SplitMma<T, Tr::kSplit, MI, NI> sm;
     sm.begin_tile();
 #pragma unroll
@@ -308,7 +308,7 @@ struct WsTraits {
 // the tap) and one tiled load of the BN x 128-byte B box; both land in the
 // 128-byte swizzle the wgmma descriptors read, zero-filled outside the tensors.
 // One map per stride phase (their pixel windows differ); make_tma_maps
-// (tma_maps.cuh) says where it applies.
+// (common/tma_maps.cuh) says where it applies.
 template <class Tr, bool kChanOut, bool kTma>
 __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ TmaArgs<kTma> args) {
   if constexpr (!kSm90aPass<Tr>) {

@@ -1,4 +1,4 @@
-// PTX primitives shared by the mma.sync kernels (tc_igemm.cu, tc_wgrad.cu):
+// PTX primitives shared by the mma.sync kernels (implicit_gemm/igemm_tensor_core.cu, grad_weight/wgrad_tensor_core.cu):
 // cp.async, ldmatrix, tf32 rounding / 3xTF32 split, accumulator zeroing and one m16n8 mma step.
 #pragma once
 #include <cuda_bf16.h>
@@ -153,8 +153,8 @@ template <> struct Mma<float> {  // tf32 operands: fp32 bits, the low 13 mantiss
 };
 
 
-// 3xTF32 bookkeeping of the mma.sync main loops (tc_igemm.cu forward / grad_input,
-// tc_wgrad.cu grad_weight). Without kSplit: plain tf32 / 16-bit mma into the
+// 3xTF32 bookkeeping of the mma.sync main loops (implicit_gemm/igemm_tensor_core.cu forward / grad_input,
+// grad_weight/wgrad_tensor_core.cu grad_weight). Without kSplit: plain tf32 / 16-bit mma into the
 // running accumulator. With kSplit (fp32, TF32 off) every operand is split into
 // big + small tf32 halves; each k-tile sums big*big into `part` and the two cross
 // terms into `cross`, both fresh per k-tile, and end_tile adds them to the total

@@ -17,9 +17,9 @@
 // (problem.h), so there is no per-tap modulo; row tap offsets must step by one
 // (koff_step_y == 1: dilation dividing the stride), the host checks.
 #include <cstdlib>
-#include "cuda/kernels.h"
-#include "cuda/mma_core.cuh"
-#include "cuda/direct_tile.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/mma_core.cuh"
+#include "cuda/common/direct_tile.cuh"
 
 namespace convt2d {
 namespace cuda {
@@ -299,7 +299,7 @@ static bool nw_config(const Problem& p, int num_sms, NwCfg& cfg, int& co, int& n
   return true;
 }
 
-// (declared in kernels.h)
+// (declared in common/kernels.h)
 int sm_count() {
   int dev = 0, n = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||

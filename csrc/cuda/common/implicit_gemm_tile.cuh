@@ -1,10 +1,10 @@
-// Tile machinery shared by the sm_80/sm_90 implicit-GEMM kernels (tc_igemm.cu,
-// tc_halo.cu): shared-memory layouts and wgmma descriptors, the block -> tile
+// Tile machinery shared by the sm_80/sm_90 implicit-GEMM kernels (implicit_gemm/igemm_tensor_core.cu,
+// implicit_gemm/igemm_halo_sm90.cu): shared-memory layouts and wgmma descriptors, the block -> tile
 // decode, the A-row source and tap cursor of the loaders, the C-tile epilogue,
 // and the mbarrier wrappers of the warp-specialised kernels. Device code only.
 #pragma once
-#include "cuda/kernels.h"
-#include "cuda/mma_core.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/mma_core.cuh"
 #include <cstdint>
 
 namespace convt2d {
@@ -57,7 +57,7 @@ __device__ __forceinline__ void put_acc(float* sC, int m, int n, const float (&a
 // needs are kept as 32-bit values (the 64-bit Geo is rebuilt for the epilogue
 // rather than kept live in registers).
 // wv: the width of a GEMM row of pixels; the phase's width nqx, except in the
-// halo kernel (tc_halo.cu), whose rows are nqx + the tap columns' reach wide.
+// halo kernel (implicit_gemm/igemm_halo_sm90.cu), whose rows are nqx + the tap columns' reach wide.
 struct TileGeo {
   // wv, lead (halo kernels): GEMM rows t.wv wide, row position u holding output pixel
   // u - lead (pixels outside [0, nqx) computed and dropped).

@@ -4,8 +4,8 @@
 //        B[k][ci] = x[n, g*Cig+ci, iy, ix]
 // split over K (pixels) across blockIdx.y into a workspace, reduced over the
 // splits in a fixed order by a second kernel: always deterministic.
-#include "cuda/kernels.h"
-#include "cuda/mma_core.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/mma_core.cuh"
 #include <algorithm>
 
 namespace convt2d {

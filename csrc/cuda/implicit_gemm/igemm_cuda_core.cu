@@ -1,7 +1,7 @@
 // Implicit-GEMM forward (per stride phase) and grad_input (strided conv2d),
-// on tensor cores (WMMA) or CUDA cores. See kernels.h for the mapping.
-#include "cuda/kernels.h"
-#include "cuda/mma_core.cuh"
+// on tensor cores (WMMA) or CUDA cores. See common/kernels.h for the mapping.
+#include "cuda/common/kernels.h"
+#include "cuda/common/mma_core.cuh"
 #include "common/static_switch.h"
 #include <climits>
 #include <cstdint>

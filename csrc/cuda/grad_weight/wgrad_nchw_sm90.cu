@@ -31,11 +31,11 @@
 // finite (inf * small would be NaN), as the other 3xTF32 kernels do.
 // Split-K over blockIdx.y (k_per_split row tiles each) into the fp32 workspace
 // [split][g][m][ci]; launch_tc_wgrad_reduce sums the splits in a fixed order.
-#include "cuda/igemm_tile.cuh"
-#include "cuda/kernels.h"
-#include "cuda/ptx.cuh"
-#include "cuda/tma_maps.cuh"
-#include "cuda/wgmma.cuh"
+#include "cuda/common/implicit_gemm_tile.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/tma_maps.cuh"
+#include "cuda/common/wgmma.cuh"
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>

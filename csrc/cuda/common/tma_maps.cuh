@@ -1,11 +1,11 @@
-// TMA tensor maps of the Hopper implicit-GEMM kernels (tc_igemm.cu's warp-specialised
-// kernel, tc_halo.cu's halo kernel): the host-side encoding and the kernel-parameter
+// TMA tensor maps of the Hopper implicit-GEMM kernels (implicit_gemm/igemm_tensor_core.cu's warp-specialised
+// kernel, implicit_gemm/igemm_halo_sm90.cu's halo kernel): the host-side encoding and the kernel-parameter
 // block that carries the maps (__grid_constant__, so the TMA instructions can name
 // them by address).
 //
 // A (the channels-last source, dims C, W, H, N) is read with im2col copies: for one
 // stride phase, tap j of GEMM row q reads source pixel q * im + ia + j * it per
-// dimension (Geo, mma_core.cuh). With lo = the smallest tap offset, the rows are base
+// dimension (Geo, common/mma_core.cuh). With lo = the smallest tap offset, the rows are base
 // pixels q * im + lo walked through a pixel window (the map's corners) in steps of im,
 // and the tap is the copy's im2col offset ia + j * it - lo >= 0. Rows past an image
 // continue in the next image; pixels outside the tensor are zero-filled. The windows
@@ -22,8 +22,8 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#include "cuda/kernels.h"
-#include "cuda/mma_core.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/mma_core.cuh"
 
 namespace convt2d {
 namespace cuda {
@@ -150,7 +150,7 @@ bool make_tma_maps(const IgemmParams& prm, int BK, int BN, int BM, bool halo, Tm
   return true;
 }
 
-// 3xFP16 (tc_halo.cu): only the weights through TMA, the big and small fp16 halves
+// 3xFP16 (implicit_gemm/igemm_halo_sm90.cu): only the weights through TMA, the big and small fp16 halves
 // (w16_hi / w16_lo, laid out as wpk) as [G*kh*kw*Nc rows][Kc] maps of BK x BN boxes in the
 // 128-byte swizzle. A box's rows past Nc are the next tap's (their columns are dropped),
 // its channels past Kc zeros (TMA fills outside the tensor). False where the encoder or

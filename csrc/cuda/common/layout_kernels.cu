@@ -4,8 +4,8 @@
 // H*W are multiples of 4 (and the pointers aligned), each thread moves 4
 // elements per access (8- or 16-byte vectors): the scalar version was
 // issue-bound at ~1.1 TB/s (seedA bf16: 0.46 ms for 0.52 GB).
-#include "cuda/kernels.h"
-#include "cuda/ptx.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/ptx.cuh"
 #include <algorithm>
 #include <cstdint>
 
@@ -238,7 +238,7 @@ cudaError_t run_tap_gather(const void* src, void* dst, const Problem& p, cudaStr
   return cudaGetLastError();
 }
 
-// 3xTF32 weight halves for the halo kernel (tc_halo.cu), and the flag that sends
+// 3xTF32 weight halves for the halo kernel (implicit_gemm/igemm_halo_sm90.cu), and the flag that sends
 // its items to the careful sum.
 __global__ void __launch_bounds__(256) split_tf32_kernel(const float* __restrict__ src,
                                                          float* __restrict__ hi,

@@ -1,5 +1,5 @@
 // Kernel traits and the block-level MMA policies shared by the implicit-GEMM
-// kernels (forward / grad_input in igemm.cu, grad_weight in wgrad.cu).
+// kernels (forward / grad_input in implicit_gemm/igemm_cuda_core.cu, grad_weight in grad_weight/wgrad_cuda_core.cu).
 //
 // Shared-memory operand layout (both policies):
 //   A tile: [BK][LDA]  element (m, k) at sA[k*LDA + m]   (m contiguous)
@@ -13,7 +13,7 @@
 #include <cuda_fp16.h>
 #include <mma.h>
 #include <type_traits>
-#include "cuda/kernels.h"
+#include "cuda/common/kernels.h"
 
 namespace convt2d {
 namespace cuda {
@@ -174,7 +174,7 @@ template <class Tr> struct BlockMma<Tr, false> {
   }
 };
 
-// Per-dimension geometry of one GEMM "phase" (see kernels.h):
+// Per-dimension geometry of one GEMM "phase" (see common/kernels.h):
 //   dst index  o = q*om + oa,         q in [0, nq)
 //   src index  i = q*im + ia + j*it,  tap j in [0, ntap), weight tap k = k0 + j*ks
 struct Geo {

@@ -22,10 +22,10 @@
 // in output order (per output channel and tap row, the tile's pixels times kw), then
 // copied out with 16-byte loads and stores: each output line (co, ky, tile row r) is
 // TW*kw contiguous output elements (whole 16-byte chunks: W % chunk == 0).
-// fp32: tf32 m16n8k8 (TF32 on) or 3xTF32 (TF32 off, SplitMma of ptx.cuh).
-#include "cuda/kernels.h"
-#include "cuda/mma_core.cuh"
-#include "cuda/ptx.cuh"
+// fp32: tf32 m16n8k8 (TF32 on) or 3xTF32 (TF32 off, SplitMma of common/ptx.cuh).
+#include "cuda/common/kernels.h"
+#include "cuda/common/mma_core.cuh"
+#include "cuda/common/ptx.cuh"
 
 namespace convt2d {
 namespace cuda {

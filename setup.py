@@ -177,6 +177,11 @@ def visible_gpu_arch_list():
             return None
         caps = sorted({torch.cuda.get_device_capability(i)
                        for i in range(torch.cuda.device_count())})
+        # as torch's own default: a GPU newer than torch knows is built for the newest it does
+        known = [(int(a[3:-1]), int(a[-1])) for a in torch.cuda.get_arch_list()
+                 if re.fullmatch(r"sm_\d+", a)]
+        if known:
+            caps = sorted({min(c, max(known)) for c in caps})
     except Exception:
         return None
     return ";".join("9.0a" if c == (9, 0) else f"{c[0]}.{c[1]}" for c in caps) or None
@@ -211,20 +216,38 @@ def default_max_jobs():
     return n
 
 
-def write_build_info(cuda, arch_list, wgmma):
-    """python/convt2d/_build_info.py: what this build is (read by convt2d's import check
-    and convt2d.info())."""
-    path = os.path.join(ROOT, "python", "convt2d", "_build_info.py")
-    text = ("# Written by setup.py at build time (not in git).\n"
+BUILD_INFO = {}  # what this build is: filled below, written by BuildExt after a build
+
+
+def build_info_text():
+    return ("# Written by setup.py after a successful build (not in git).\n"
             f"TORCH_VERSION = {torch.__version__!r}\n"
             f"TORCH_CUDA = {torch.version.cuda!r}\n"
-            f"CUDA_TOOLKIT = {cuda!r}\n"
-            f"ARCH_LIST = {arch_list!r}\n"
-            f"WGMMA = {bool(wgmma)!r}\n")
-    old = open(path).read() if os.path.exists(path) else None
-    if old != text:
-        with open(path, "w") as f:
-            f.write(text)
+            f"CUDA_TOOLKIT = {BUILD_INFO['cuda']!r}\n"
+            f"ARCH_LIST = {BUILD_INFO['arch_list']!r}\n"
+            f"WGMMA = {bool(BUILD_INFO['wgmma'])!r}\n")
+
+
+def make_build_ext(base):
+    """build_ext that writes convt2d/_build_info.py (read by convt2d's import check and
+    convt2d.info()) once the module is built, never for a metadata-only command or a failed
+    build: beside the built module (the source tree for in-place and editable builds, the
+    build folder for a wheel)."""
+
+    class BuildExt(base):
+        def run(self):
+            super().run()
+            targets = []
+            if self.inplace or getattr(self, "editable_mode", False):
+                targets.append(os.path.join(ROOT, "python", "convt2d"))
+            if not self.inplace and self.build_lib:
+                targets.append(os.path.join(self.build_lib, "convt2d"))
+            for d in targets:
+                os.makedirs(d, exist_ok=True)
+                with open(os.path.join(d, "_build_info.py"), "w") as f:
+                    f.write(build_info_text())
+
+    return BuildExt
 
 
 common_sources = (["csrc/ops.cpp", "csrc/glue.cpp", "csrc/tuning.cpp"] + sorted(glob.glob("csrc/autograd/*.cpp"))
@@ -281,7 +304,7 @@ if torch is not None:
         # A plain sm_90 cubin next to sm_90a would leave it to the driver which of
         # the two an H100 loads, so the wgmma kernels are built only without one.
         archs = arch_list.replace(" ", ";").split(";")
-        wgmma = "9.0a" in archs and not {"9.0", "9.0+PTX"} & set(archs)
+        wgmma = bool({"9.0a", "9.0a+PTX"} & set(archs)) and not {"9.0", "9.0+PTX"} & set(archs)
         if wgmma:
             macros.append(("CONVT2D_WGMMA", "1"))
             print("convt2d: sm_90a in TORCH_CUDA_ARCH_LIST: building the wgmma kernels", file=sys.stderr)
@@ -289,7 +312,7 @@ if torch is not None:
             print("convt2d: warning: plain 9.0 in TORCH_CUDA_ARCH_LIST: the Hopper wgmma / TMA "
                   "kernels are left out (use 9.0a)", file=sys.stderr)
         tk = toolkit_version(cuda_home)
-        write_build_info("%d.%d" % tk if tk else None, arch_list, wgmma)
+        BUILD_INFO.update(cuda="%d.%d" % tk if tk else "unknown", arch_list=arch_list, wgmma=wgmma)
         ext = CUDAExtension(
             "convt2d._C",
             common_sources + cuda_sources,
@@ -301,7 +324,7 @@ if torch is not None:
     else:
         print("convt2d: no CUDA toolkit found (or CONVT2D_FORCE_CPU=1): building CPU-only",
               file=sys.stderr)
-        write_build_info(None, "", False)
+        BUILD_INFO.update(cuda=None, arch_list="", wgmma=False)
         ext = CppExtension(
             "convt2d._C",
             common_sources,
@@ -309,7 +332,7 @@ if torch is not None:
             extra_compile_args={"cxx": cxx_flags},
             extra_link_args=link_args(),
         )
-    ext_modules, cmdclass = [ext], {"build_ext": BuildExtension}
+    ext_modules, cmdclass = [ext], {"build_ext": make_build_ext(BuildExtension)}
 
 setup(
     version=package_version(),

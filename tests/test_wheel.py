@@ -6,8 +6,8 @@ Slow (a full compile of the extension), so skipped unless CONVT2D_TEST_WHEEL=1:
     CONVT2D_TEST_WHEEL=1 python -m pytest -q tests/test_wheel.py
 
 The wheel is CPU-only (scripts/build_wheel.sh --cpu) unless CONVT2D_TEST_WHEEL_CUDA=1,
-which builds a CUDA wheel for TORCH_CUDA_ARCH_LIST (default here: 9.0a only; unset it
-there for the wheels' full list).
+which builds a CUDA wheel for TORCH_CUDA_ARCH_LIST (default here: 9.0a only, to keep the
+test short; scripts/build_wheel.sh alone builds the wheels' full list).
 The fresh venv sees this interpreter's torch (--system-site-packages, plus this
 environment's site-packages when the tests themselves run in a venv), so torch is
 not installed again; the wheel is installed with --no-deps --no-index.

@@ -43,8 +43,8 @@ def _targets(arch_list: str):
             continue
         ptx = a.endswith("+PTX")
         a = a[:-4] if ptx else a
-        spec = a.endswith("a")
-        a = a.rstrip("a")
+        spec = a.endswith("a")  # arch-specific (sm_90a); "f" (family) code runs as plain
+        a = a.rstrip("af")
         try:
             major, minor = (int(v) for v in a.split(".")[:2])
         except ValueError:

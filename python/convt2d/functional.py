@@ -47,7 +47,7 @@ def forward(
             "Expected 3D (unbatched) or 4D (batched) input to conv_transpose2d, but got "
             f"input of size: {list(input.shape)}")
     dev = input.device.type
-    if dev == "cuda" and not _info._warned[0]:
+    if dev == "cuda" and not _info._warned[0] and not torch.compiler.is_compiling():
         _info.warn_if_slow_build(input.device)
     if torch.is_autocast_enabled(dev):
         # like autocast's cached_cast: only floating tensors that are not float64 are cast

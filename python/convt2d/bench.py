@@ -5,6 +5,10 @@
     python -m convt2d.bench --cpu --quick         # CPU smoke run on scaled-down shapes
     python -m convt2d.bench --dtypes fp32,bf16,fp16,fp32-ieee --passes fwd,bwd,fwdbwd
     python -m convt2d.bench --impl torch-as-both  # times torch against itself (harness test)
+    python -m convt2d.bench --sweep 200 --seed 7   # 200 random realistic layers: distribution
+    python -m convt2d.bench --models               # layers of published models, sources named
+    python -m convt2d.bench --layer 8,1024,512,4,8,8,2,1   # one layer you type in
+    python -m convt2d.bench --e2e-only             # whole training steps (DCGAN, pix2pix)
 
 Both implementations are timed in the same process, interleaved per row (torch, then
 convt2d), on the same input tensors. Writes bench_results.json / .md / .png into --outdir
@@ -78,7 +82,7 @@ def _pair(v) -> Tuple[int, int]:
 
 class Config:
     def __init__(self, name, N, Cin, Cout, k, hw, stride=1, padding=0, output_padding=0,
-                 dilation=1, groups=1, bias=False):
+                 dilation=1, groups=1, bias=False, channels_last=False, source=""):
         self.name = name
         self.N, self.Cin, self.Cout = N, Cin, Cout
         self.k = _pair(k)
@@ -86,11 +90,22 @@ class Config:
         self.stride, self.padding = _pair(stride), _pair(padding)
         self.output_padding, self.dilation = _pair(output_padding), _pair(dilation)
         self.groups, self.bias = groups, bias
+        self.channels_last = channels_last  # x (and grad_output) channels-last
+        self.source = source  # where the layer comes from (the model zoo)
 
     def scaled(self, N, H, W) -> "Config":
         c = Config(self.name, N, self.Cin, self.Cout, self.k, (H, W), self.stride, self.padding,
-                   self.output_padding, self.dilation, self.groups, self.bias)
+                   self.output_padding, self.dilation, self.groups, self.bias,
+                   self.channels_last, self.source)
         return c
+
+    def valid(self) -> bool:
+        ho, wo = self.out_hw
+        return (min(self.N, self.Cin, self.Cout, self.H, self.W, self.groups) > 0 and ho > 0
+                and wo > 0 and self.Cin % self.groups == 0 and self.Cout % self.groups == 0
+                and all(op < max(st, d) for op, st, d in
+                        zip(self.output_padding, self.stride, self.dilation))
+                and min(self.padding) >= 0 and min(self.stride) > 0 and min(self.dilation) > 0)
 
     @property
     def out_hw(self) -> Tuple[int, int]:
@@ -126,7 +141,16 @@ class Config:
         ho, wo = self.out_hw
         return (f"N={self.N} {self.Cin}->{self.Cout} k={p(self.k)} {self.H}x{self.W}->{ho}x{wo} "
                 f"s={p(self.stride)} p={p(self.padding)} op={p(self.output_padding)} "
-                f"d={p(self.dilation)} g={self.groups} bias={'yes' if self.bias else 'no'}")
+                f"d={p(self.dilation)} g={self.groups} bias={'yes' if self.bias else 'no'}"
+                + (" channels_last" if self.channels_last else ""))
+
+    def layer_string(self) -> str:
+        """The --layer argument that reproduces this config."""
+        return ",".join(str(v) for v in (
+            self.N, self.Cin, self.Cout, self.k[0], self.k[1], self.H, self.W, self.stride[0],
+            self.stride[1], self.padding[0], self.padding[1], self.output_padding[0],
+            self.output_padding[1], self.dilation[0], self.dilation[1], self.groups,
+            int(self.bias), int(self.channels_last)))
 
 
 SUITE: List[Config] = [
@@ -139,6 +163,137 @@ SUITE: List[Config] = [
     Config("dcgan", 128, 256, 128, 4, (16, 16), stride=2, padding=1),
     Config("vae", 1, 512, 256, 3, (128, 128), stride=2, padding=1, output_padding=1),
 ]
+
+# Layers of published models (--models): (name, source, Config args). Batch sizes are the
+# papers' / reference implementations' training batches.
+MODELS: List[Config] = [
+    # DCGAN generator (Radford et al. 2016; pytorch/examples dcgan), nz 100, ngf 64, batch 128
+    Config("dcgan-g1", 128, 100, 512, 4, 1, source="DCGAN G, 1x1 -> 4x4"),
+    Config("dcgan-g2", 128, 512, 256, 4, 4, stride=2, padding=1, source="DCGAN G, 4 -> 8"),
+    Config("dcgan-g3", 128, 256, 128, 4, 8, stride=2, padding=1, source="DCGAN G, 8 -> 16"),
+    Config("dcgan-g4", 128, 128, 64, 4, 16, stride=2, padding=1, source="DCGAN G, 16 -> 32"),
+    Config("dcgan-g5", 128, 64, 3, 4, 32, stride=2, padding=1, source="DCGAN G, RGB 32 -> 64"),
+    # pix2pix U-Net-256 decoder (Isola et al. 2017; junyanz/pytorch-CycleGAN-and-pix2pix), batch 8
+    Config("p2p-up1", 8, 512, 512, 4, 1, stride=2, padding=1, source="pix2pix U-Net, 1 -> 2"),
+    Config("p2p-up2", 8, 1024, 512, 4, 2, stride=2, padding=1, source="pix2pix U-Net, 2 -> 4"),
+    Config("p2p-up4", 8, 1024, 512, 4, 8, stride=2, padding=1, source="pix2pix U-Net, 8 -> 16"),
+    Config("p2p-up5", 8, 1024, 256, 4, 16, stride=2, padding=1, source="pix2pix U-Net, 16 -> 32"),
+    Config("p2p-up6", 8, 512, 128, 4, 32, stride=2, padding=1, source="pix2pix U-Net, 32 -> 64"),
+    Config("p2p-up7", 8, 256, 64, 4, 64, stride=2, padding=1, source="pix2pix U-Net, 64 -> 128"),
+    Config("p2p-up8", 8, 128, 3, 4, 128, stride=2, padding=1, bias=True,
+           source="pix2pix U-Net, RGB 128 -> 256"),
+    # U-Net (Ronneberger et al. 2015) up-convolutions, 2x2 stride 2, batch 16 at 256^2 input
+    Config("unet-up1", 16, 1024, 512, 2, 16, stride=2, bias=True, source="U-Net up-conv 16 -> 32"),
+    Config("unet-up4", 16, 128, 64, 2, 128, stride=2, bias=True, source="U-Net up-conv 128 -> 256"),
+    # Mask R-CNN mask head (He et al. 2017; torchvision MaskRCNNPredictor): 256 -> 256 k2 s2 on
+    # 14x14 RoIs, 512 RoIs per batch of 2 images
+    Config("maskrcnn", 512, 256, 256, 2, 14, stride=2, bias=True, source="Mask R-CNN mask head"),
+    # Keypoint R-CNN (torchvision KeypointRCNNPredictor): 512 -> 17 k4 s2 p1 on 14x14 RoIs
+    Config("kprcnn", 512, 512, 17, 4, 14, stride=2, padding=1, bias=True,
+           source="Keypoint R-CNN keypoint head"),
+    # SimpleBaselines pose (Xiao et al. 2018): three 256-channel k4 s2 deconvs on ResNet-50's
+    # 2048x8x6 feature map (256x192 input), batch 32
+    Config("pose-d1", 32, 2048, 256, 4, (8, 6), stride=2, padding=1, source="SimpleBaselines 1"),
+    Config("pose-d2", 32, 256, 256, 4, (16, 12), stride=2, padding=1, source="SimpleBaselines 2"),
+    Config("pose-d3", 32, 256, 256, 4, (32, 24), stride=2, padding=1, source="SimpleBaselines 3"),
+    # FSRCNN (Dong et al. 2016): the last deconvolution 56 -> 1 k9 s3 p4 op2 (x3), batch 16
+    Config("fsrcnn", 16, 56, 1, 9, 32, stride=3, padding=4, output_padding=2, bias=True,
+           source="FSRCNN x3 deconvolution"),
+    # FCN-8s (Long et al. 2015): the final x8 upsampling, 21 classes, k16 s8 p4, grouped bilinear
+    # init but learnable, batch 1 at 512^2
+    Config("fcn8s", 1, 21, 21, 16, 64, stride=8, padding=4, source="FCN-8s x8 upsampling"),
+    # StyleGAN2's modulated transposed conv (Karras et al. 2020): grouped by batch (groups = N)
+    Config("stylegan2", 1, 8 * 512, 8 * 512, 3, 32, stride=2, groups=8,
+           source="StyleGAN2 modulated up-conv, batch 8 as groups"),
+    # CenterNet (Zhou et al. 2019) DLA/ResNet upsampling: depthwise-style deconvs, batch 32
+    Config("centernet-dw", 32, 256, 256, 4, 32, stride=2, padding=1, groups=256,
+           source="CenterNet depthwise up-conv"),
+    Config("centernet", 32, 256, 128, 4, 32, stride=2, padding=1, source="CenterNet up-conv"),
+]
+
+
+def sweep_configs(n: int, seed: int) -> List[Config]:
+    """n random layer configs (seeded) that cover what people train. Per config:
+    - batch 1-128 (mostly small powers of two); channels 1-1024 from a list with 1, 3 and
+      non-multiples of 8 (21, 56, 96, 320, ...);
+    - kernel 1-9, sometimes 16; stride 1-4 or 8 (at most the kernel, or 2 for a 1x1 kernel);
+      dilation 1 (85%) or 2; padding 0..(kernel-1)*dilation/2; output_padding below
+      max(stride, dilation);
+    - groups 1 (70%), 2, 4, 8, 32 where they divide both channel counts (22%), or depthwise
+      (8%: Cout = groups = Cin);
+    - input 1x1 to 256x256, square (75%) or not; bias on or off; NCHW or channels_last (25%);
+    - forward work 1 MFLOP to 200 GFLOP and tensors under 512 MB (the batch, then the spatial
+      size, are halved until it fits), so that a call takes ~10 us to a few ms on an H100.
+    Configs are drawn until valid; the same (n, seed) always gives the same list."""
+    import random
+
+    rng = random.Random(seed)
+    chans = [1, 3, 4, 8, 16, 21, 32, 48, 56, 64, 96, 128, 192, 256, 320, 384, 512, 768, 1024]
+    out: List[Config] = []
+    while len(out) < n:
+        N = rng.choice([1, 1, 2, 4, 8, 8, 16, 16, 32, 64, 128])
+        cin, cout = rng.choice(chans), rng.choice(chans)
+        k = rng.choice([1, 2, 3, 3, 4, 4, 5, 7, 9]) if rng.random() > 0.03 else 16
+        kk = (k, k) if rng.random() < 0.85 else (k, rng.choice([1, 3, 5]))
+        st = rng.choice([1, 1, 2, 2, 2, 3, 4]) if rng.random() > 0.04 else 8
+        st = min(st, max(kk[0], 2))
+        d = 1 if rng.random() < 0.85 else 2
+        pad = rng.randint(0, max(0, (kk[0] - 1) * d // 2))
+        op = rng.randint(0, max(st, d) - 1) if rng.random() < 0.3 else 0
+        r = rng.random()
+        g = 1
+        if r > 0.92 and cin > 1:
+            cout = g = cin  # depthwise (CenterNet-style upsampling)
+        elif r > 0.7:
+            opts = [v for v in (2, 4, 8, 32) if cin % v == 0 and cout % v == 0]
+            if opts:
+                g = rng.choice(opts)
+        H = rng.choice([1, 2, 4, 7, 8, 13, 16, 28, 32, 56, 64, 100, 128, 256])
+        W = H if rng.random() < 0.75 else rng.choice([1, 4, 8, 16, 24, 32, 64, 128])
+        cfg = Config(f"sw{seed}-{len(out)}", N, cin, cout, kk, (H, W), stride=(st, st),
+                     padding=(pad, pad), output_padding=(op, op), dilation=(d, d), groups=g,
+                     bias=rng.random() < 0.5, channels_last=rng.random() < 0.25)
+        for _ in range(40):  # fit the work bound: halve N, then the spatial size
+            n_el = cfg.numels()
+            big = 4 * max(n_el["x"], n_el["out"], n_el["w"]) > 512 * 2 ** 20
+            if cfg.fwd_flops() <= 2e11 and not big:
+                break
+            if cfg.N > 1:
+                cfg = cfg.scaled(cfg.N // 2, cfg.H, cfg.W)
+            elif max(cfg.H, cfg.W) > 1:
+                cfg = cfg.scaled(1, max(1, cfg.H // 2), max(1, cfg.W // 2))
+            else:
+                break
+        n_el = cfg.numels()
+        if (cfg.valid() and 1e6 <= cfg.fwd_flops() <= 2e11
+                and 4 * max(n_el["x"], n_el["out"], n_el["w"]) <= 512 * 2 ** 20):
+            out.append(cfg)
+    return out
+
+
+def parse_layer(text: str) -> Config:
+    """--layer "N,Cin,Cout,k,H,W[,stride,padding,output_padding,groups,dilation,bias,
+    channels_last]": one int for k, stride, padding, output_padding, dilation (square), or the
+    18-field form that Config.layer_string() prints (kh,kw ... bias,channels_last)."""
+    v = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    if len(v) == 18:
+        (N, ci, co, kh, kw, H, W, sh, sw, ph, pw, oph, opw, dh, dw, g, b, cl) = v
+        cfg = Config("layer", N, ci, co, (kh, kw), (H, W), (sh, sw), (ph, pw), (oph, opw),
+                     (dh, dw), g, bool(b), bool(cl))
+    elif 6 <= len(v) <= 13:
+        names = ["N", "Cin", "Cout", "k", "H", "W", "stride", "padding", "output_padding",
+                 "groups", "dilation", "bias", "channels_last"]
+        d = dict(zip(names, v))
+        cfg = Config("layer", d["N"], d["Cin"], d["Cout"], d["k"], (d["H"], d["W"]),
+                     d.get("stride", 1), d.get("padding", 0), d.get("output_padding", 0),
+                     d.get("dilation", 1), d.get("groups", 1), bool(d.get("bias", 0)),
+                     bool(d.get("channels_last", 0)))
+    else:
+        raise SystemExit(f"--layer needs 6 to 13 (or 18) comma-separated ints, got {text!r}")
+    if not cfg.valid():
+        raise SystemExit(f"--layer {text!r} is not a valid conv_transpose2d: {cfg.describe()}")
+    return cfg
+
 
 DTYPES = {"fp32": torch.float32, "fp32-ieee": torch.float32, "bf16": torch.bfloat16,
           "fp16": torch.float16}
@@ -448,6 +603,10 @@ def make_inputs(cfg: Config, dtype, device, pass_name, gen, requires_grad=False)
         s["b"] = rnd(cfg.Cout) if cfg.bias else None
     if pass_name in ("bwd", "fwdbwd"):
         s["go"] = rnd(cfg.N, cfg.Cout, ho, wo)
+    if cfg.channels_last:
+        for key in ("x", "go"):
+            if key in s:
+                s[key] = s[key].contiguous(memory_format=torch.channels_last)
     if pass_name == "fwdbwd":
         s["x"].requires_grad_(True)
         s["w"].requires_grad_(True)
@@ -530,6 +689,7 @@ def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, 
     floor_ms = max(fl / (peak * 1e12), nbytes / (peaks["bw"] * 1e12)) * 1e3
     row: Dict[str, Any] = {
         "config": cfg.name, "dtype": dtype_name, "pass": pass_name, "shape": cfg.describe(),
+        "layer": cfg.layer_string(), "source": cfg.source,
         "scaling": scale_note, "flops": fl, "bytes": nbytes, "floor_ms": floor_ms,
         "bound": "compute" if fl / (peak * 1e12) >= nbytes / (peaks["bw"] * 1e12) else "memory",
         "torch_ms": None, "convt2d_ms": None, "speedup": None, "err": None, "torch_err": None,
@@ -870,6 +1030,91 @@ def markdown(rows, env, gms, impl_name) -> str:
     return "\n".join(L) + "\n"
 
 
+def distribution(rows, worst: int = 10) -> List[Dict[str, Any]]:
+    """Per dtype x pass: configs timed, fraction at or above 1.0x, geomean, min, the `worst`
+    slowest configs."""
+    out = []
+    for g in geomeans(rows):
+        rs = [r for r in rows if r["dtype"] == g["dtype"] and r["pass"] == g["pass"]
+              and r["speedup"]]
+        if not rs:
+            continue
+        rs.sort(key=lambda r: r["speedup"])
+        out.append({"dtype": g["dtype"], "pass": g["pass"], "n": len(rs),
+                    "rows_total": g["rows_total"],
+                    "frac_ge_1": sum(r["speedup"] >= 1.0 for r in rs) / len(rs),
+                    "frac_ge_0_8": sum(r["speedup"] >= 0.8 for r in rs) / len(rs),
+                    "geomean": g["geomean_speedup"], "min": rs[0]["speedup"],
+                    "worst": [{"config": r["config"], "speedup": r["speedup"],
+                               "shape": r["shape"], "layer": r.get("layer")}
+                              for r in rs[:worst]]})
+    return out
+
+
+def distribution_markdown(dist) -> str:
+    L = ["Distribution (speedup = torch ms / convt2d ms):", "",
+         "| dtype | pass | configs | >= 1.0x | >= 0.8x | geomean | min |",
+         "|---|---|---:|---:|---:|---:|---:|"]
+    for d in dist:
+        L.append(f"| {d['dtype']} | {d['pass']} | {d['n']}/{d['rows_total']} | "
+                 f"{100 * d['frac_ge_1']:.0f}% | {100 * d['frac_ge_0_8']:.0f}% | "
+                 f"{d['geomean']:.2f}x | {d['min']:.2f}x |")
+    for d in dist:
+        L += ["", f"Worst {len(d['worst'])} ({d['dtype']} {d['pass']}; `--layer` reproduces one):",
+              "", "| speedup | config | shape | --layer |", "|---:|---|---|---|"]
+        for w in d["worst"]:
+            L.append(f"| {w['speedup']:.2f}x | {w['config']} | {w['shape']} | "
+                     f"`{w['layer'] or ''}` |")
+    return "\n".join(L) + "\n"
+
+
+def plot_distribution(rows, env, path) -> bool:
+    """Speedup against forward FLOPs, one panel per pass, a colour per dtype."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:
+        print(f"[bench] WARNING: matplotlib unavailable ({_short(e)}); no PNG written",
+              file=sys.stderr)
+        return False
+    passes = [p for p in PASSES if any(r["pass"] == p and r["speedup"] for r in rows)]
+    dtypes = []
+    for r in rows:
+        if r["dtype"] not in dtypes:
+            dtypes.append(r["dtype"])
+    if not passes:
+        return False
+    from matplotlib.ticker import FuncFormatter
+
+    fig, axes = plt.subplots(1, len(passes), figsize=(5.5 * len(passes), 4.5), squeeze=False)
+    colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
+    for ax, p in zip(axes[0], passes):
+        for j, d in enumerate(dtypes):
+            rs = [r for r in rows if r["pass"] == p and r["dtype"] == d and r["speedup"]]
+            ax.scatter([r["flops"] / PASS_FLOP_MULT[p] for r in rs], [r["speedup"] for r in rs],
+                       s=14, alpha=0.75, color=colors[j % len(colors)], label=d)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        fmt = FuncFormatter(lambda v, _: f"{v:g}x")
+        ax.yaxis.set_major_formatter(fmt)
+        ax.yaxis.set_minor_formatter(fmt)
+        ax.set_xlabel("forward FLOPs")
+        ax.set_ylabel("speedup (torch / convt2d)")
+        ax.set_title(f"{p} (above 1x: convt2d faster)", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"convt2d vs torch over {env.get('config_set', 'configs')}\n"
+                 f"{env['device_name']}, torch {env['torch']}, cuDNN {env['cudnn']} — "
+                 f"{env['date'][:16]}", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def plot(rows, env, path) -> bool:
     try:
         import matplotlib
@@ -1058,6 +1303,16 @@ def parse_args(argv=None):
     ap.add_argument("--cudnn-benchmark", action="store_true",
                     help="set torch.backends.cudnn.benchmark = True for every pass (default: "
                          "off, torch's default; the fwdbwd-tuned pass sets it for itself)")
+    ap.add_argument("--sweep", type=int, default=0, metavar="N",
+                    help="N seeded random layer configs (sweep_configs: batch 1-128, channels "
+                         "1-1024, kernels 1-9 and 16, strides 1-4 and 8, groups and depthwise, "
+                         "1x1 to 256x256, both layouts) instead of the suite")
+    ap.add_argument("--models", action="store_true",
+                    help="the layers of published models (MODELS, each with its source) "
+                         "instead of the suite")
+    ap.add_argument("--layer", action="append", default=[],
+                    help='one layer instead of the suite: "N,Cin,Cout,k,H,W[,stride,padding,'
+                         'output_padding,groups,dilation,bias,channels_last]" (repeatable)')
     ap.add_argument("--e2e", action="store_true",
                     help="also time whole training steps (DCGAN and pix2pix generators, fp32 "
                          "and bf16 autocast, cudnn.benchmark off and on), CUDA only")
@@ -1065,7 +1320,8 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     ap.add_argument("--cpu-gflop", type=float, default=None,
                     help="CPU mode: forward GFLOP budget per row (default 0.3, --quick 0.12)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of the random inputs and of --sweep's configs")
     ap.add_argument("--verbose", action="store_true", help="print tracebacks of row errors")
     args = ap.parse_args(argv)
     if args.impl == "torch":
@@ -1088,7 +1344,17 @@ def main(argv=None) -> int:
     cfg_names = _split(args.configs, [c.name for c in SUITE], "config")
     dtype_names = _split(args.dtypes, list(DTYPES), "dtype")
     pass_names = _split(args.passes, list(PASSES), "pass")
-    configs = [] if args.e2e_only else [c for c in SUITE if c.name in cfg_names]
+    if args.e2e_only:
+        configs, config_set = [], "none"
+    elif args.layer:
+        configs, config_set = [parse_layer(t) for t in args.layer], "--layer"
+    elif args.sweep:
+        configs, config_set = sweep_configs(args.sweep, args.seed), \
+            f"a sweep of {args.sweep} random configs, seed {args.seed}"
+    elif args.models:
+        configs, config_set = list(MODELS), "the model zoo"
+    else:
+        configs, config_set = [c for c in SUITE if c.name in cfg_names], "the suite"
 
     if args.cpu:
         device = "cpu"
@@ -1122,6 +1388,7 @@ def main(argv=None) -> int:
         args.quick)
     env = environment(device, args)
     env["timer"] = timer_desc
+    env["config_set"] = config_set
     if device == "cuda":
         l2 = env.get("l2_bytes") or 50 * 2 ** 20
     else:
@@ -1181,6 +1448,9 @@ def main(argv=None) -> int:
 
     gms = geomeans(rows)
     md = markdown(rows, env, gms, args.impl)
+    dist = distribution(rows) if (args.sweep or args.models) else []
+    if dist:
+        md += "\n" + distribution_markdown(dist)
     if e2e_rows:
         md += "\n" + e2e_markdown(e2e_rows)
     os.makedirs(args.outdir, exist_ok=True)
@@ -1192,13 +1462,15 @@ def main(argv=None) -> int:
         os.makedirs(d, exist_ok=True)
     with open(json_path, "w") as f:
         json.dump({"env": env, "rows": rows, "geomean": gms, "e2e": e2e_rows,
+                   "distribution": dist,
                    "args": {k: v for k, v in vars(args).items()}}, f, indent=1)
     with open(md_path, "w") as f:
         f.write(md)
     wrote = [json_path, md_path]
     if not args.no_png:
         try:
-            if rows and plot(rows, env, png_path):
+            draw = plot_distribution if dist else plot
+            if rows and draw(rows, env, png_path):
                 wrote.append(png_path)
         except Exception as e:
             print(f"[bench] WARNING: plotting failed ({_short(e)})", file=sys.stderr)

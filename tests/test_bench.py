@@ -63,3 +63,15 @@ def test_cpu_sweep_reports_the_distribution(tmp_path):
     d = out["distribution"]
     assert len(d) == 1 and d[0]["n"] == 3 and len(d[0]["worst"]) == 3
     assert "Distribution" in (tmp_path / "bench_results.md").read_text()
+
+
+def test_cpu_host_overhead_report(tmp_path):
+    rc = bench.main(["--cpu", "--quick", "--host", "--configs", "unet", "--dtypes", "fp32",
+                     "--passes", "fwd", "--threads", "1", "--cpu-gflop", "0.01", "--no-png",
+                     "--no-measure-peaks", "--outdir", str(tmp_path)])
+    assert rc == 0
+    out = json.loads((tmp_path / "bench_results.json").read_text())
+    host = out["host"]
+    assert len(host) == 2 * len(bench.HOST_LAYERS)
+    assert all(r["torch_us"] > 0 and r["convt2d_us"] > 0 for r in host)
+    assert "Per-call time" in (tmp_path / "bench_results.md").read_text()

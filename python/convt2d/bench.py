@@ -9,6 +9,7 @@
     python -m convt2d.bench --models               # layers of published models, sources named
     python -m convt2d.bench --layer 8,1024,512,4,8,8,2,1   # one layer you type in
     python -m convt2d.bench --e2e-only             # whole training steps (DCGAN, pix2pix)
+    python -m convt2d.bench --host --configs unet  # per-call (host) time of tiny layers
 
 Both implementations are timed in the same process, interleaved per row (torch, then
 convt2d), on the same input tensors. Writes bench_results.json / .md / .png into --outdir
@@ -890,6 +891,68 @@ def run_e2e(timer, args) -> List[Dict[str, Any]]:
     return rows
 
 
+# Tiny layers for --host: the GPU finishes each kernel in a few microseconds, so a loop of
+# calls measures the host's work per call (argument handling, planning, allocation, launches).
+HOST_LAYERS = [
+    Config("tiny-1x1", 1, 8, 8, 1, 4),
+    Config("tiny-k4s2", 1, 16, 8, 4, 4, stride=2, padding=1, bias=True),
+    Config("tiny-dw", 1, 16, 16, 3, 8, stride=2, padding=1, groups=16),
+]
+
+
+def run_host_overhead(device: str, args) -> List[Dict[str, Any]]:
+    """Wall time per call of a loop of calls (one sync at the end), torch against convt2d,
+    forward and forward + backward (autograd), fp32: on the GPU this is host time per call
+    wherever the kernels take less than it."""
+    import convt2d
+
+    calls = 200 if args.quick else 2000
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    rows = []
+    for cfg in HOST_LAYERS:
+        stride, padding, output_padding, groups, dilation = cfg.args()
+        x = torch.randn(cfg.N, cfg.Cin, cfg.H, cfg.W, device=device, requires_grad=True)
+        w = torch.randn(cfg.Cin, cfg.Cout // cfg.groups, *cfg.k, device=device,
+                        requires_grad=True)
+        b = torch.randn(cfg.Cout, device=device) if cfg.bias else None
+        for pass_name in ("fwd", "fwdbwd"):
+            row = {"config": cfg.name, "shape": cfg.describe(), "pass": pass_name}
+            for side, fn in (("torch", F.conv_transpose2d), ("convt2d", convt2d.forward)):
+                def call(fn=fn):
+                    if pass_name == "fwd":
+                        with torch.no_grad():
+                            return fn(x, w, b, stride, padding, output_padding, groups, dilation)
+                    y = fn(x, w, b, stride, padding, output_padding, groups, dilation)
+                    return torch.autograd.grad(y, [x, w], torch.ones_like(y))
+
+                for _ in range(max(10, calls // 20)):  # warm-up
+                    call()
+                sync()
+                best = float("inf")
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    for _ in range(calls):
+                        call()
+                    sync()
+                    best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+                row[f"{side}_us"] = best
+            row["diff_us"] = row["convt2d_us"] - row["torch_us"]
+            rows.append(row)
+            print(f"[host] {cfg.name:10s} {pass_name:6s} torch {row['torch_us']:.1f} us, "
+                  f"convt2d {row['convt2d_us']:.1f} us per call", file=sys.stderr, flush=True)
+    return rows
+
+
+def host_markdown(rows) -> str:
+    L = ["Per-call time of tiny layers (fp32, a loop of calls, best of 3; host-bound on a GPU):",
+         "", "| layer | shape | pass | torch us | convt2d us | convt2d - torch |",
+         "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        L.append(f"| {r['config']} | {r['shape']} | {r['pass']} | {r['torch_us']:.1f} | "
+                 f"{r['convt2d_us']:.1f} | {r['diff_us']:+.1f} |")
+    return "\n".join(L) + "\n"
+
+
 def e2e_markdown(rows) -> str:
     L = ["Whole training steps (forward, MSE loss, backward, SGD step; nn.ConvTranspose2d vs "
          "convt2d.convert(model)):", "",
@@ -1313,6 +1376,9 @@ def parse_args(argv=None):
     ap.add_argument("--layer", action="append", default=[],
                     help='one layer instead of the suite: "N,Cin,Cout,k,H,W[,stride,padding,'
                          'output_padding,groups,dilation,bias,channels_last]" (repeatable)')
+    ap.add_argument("--host", action="store_true",
+                    help="also time tiny layers per call (host overhead: forward and forward + "
+                         "backward), torch against convt2d")
     ap.add_argument("--e2e", action="store_true",
                     help="also time whole training steps (DCGAN and pix2pix generators, fp32 "
                          "and bf16 autocast, cudnn.benchmark off and on), CUDA only")
@@ -1444,6 +1510,9 @@ def main(argv=None) -> int:
     e2e_rows: List[Dict[str, Any]] = []
     if (args.e2e or args.e2e_only) and device == "cuda" and args.impl == "convt2d":
         e2e_rows = run_e2e(timer, args)
+    host_rows: List[Dict[str, Any]] = []
+    if args.host and args.impl == "convt2d":
+        host_rows = run_host_overhead(device, args)
     env["elapsed_s"] = round(time.time() - t_start, 1)
 
     gms = geomeans(rows)
@@ -1453,6 +1522,8 @@ def main(argv=None) -> int:
         md += "\n" + distribution_markdown(dist)
     if e2e_rows:
         md += "\n" + e2e_markdown(e2e_rows)
+    if host_rows:
+        md += "\n" + host_markdown(host_rows)
     os.makedirs(args.outdir, exist_ok=True)
     json_path = args.json or os.path.join(args.outdir, "bench_results.json")
     md_path = args.md or os.path.join(args.outdir, "bench_results.md")
@@ -1462,7 +1533,7 @@ def main(argv=None) -> int:
         os.makedirs(d, exist_ok=True)
     with open(json_path, "w") as f:
         json.dump({"env": env, "rows": rows, "geomean": gms, "e2e": e2e_rows,
-                   "distribution": dist,
+                   "distribution": dist, "host": host_rows,
                    "args": {k: v for k, v in vars(args).items()}}, f, indent=1)
     with open(md_path, "w") as f:
         f.write(md)

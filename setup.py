@@ -19,6 +19,7 @@ Environment:
 The build writes python/convt2d/_build_info.py (not in git): the torch it was built against,
 the CUDA toolkit and GPU targets. convt2d's import checks the running torch against it.
 """
+import functools
 import glob
 import os
 import re
@@ -143,8 +144,9 @@ def torch_requirement():
     return "torch>=2.4"
 
 
+@functools.lru_cache(maxsize=None)
 def toolkit_version(home):
-    """(major, minor) of the toolkit's nvcc, or None."""
+    """(major, minor) of the toolkit's nvcc, or None (asked once per build)."""
     import subprocess
 
     try:

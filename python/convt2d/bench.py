@@ -254,10 +254,13 @@ def sweep_configs(n: int, seed: int) -> List[Config]:
         cfg = Config(f"sw{seed}-{len(out)}", N, cin, cout, kk, (H, W), stride=(st, st),
                      padding=(pad, pad), output_padding=(op, op), dilation=(d, d), groups=g,
                      bias=rng.random() < 0.5, channels_last=rng.random() < 0.25)
+        def small_enough(c):
+            n_el = c.numels()
+            return (c.fwd_flops() <= 2e11
+                    and 4 * max(n_el["x"], n_el["out"], n_el["w"]) <= 512 * 2 ** 20)
+
         for _ in range(40):  # fit the work bound: halve N, then the spatial size
-            n_el = cfg.numels()
-            big = 4 * max(n_el["x"], n_el["out"], n_el["w"]) > 512 * 2 ** 20
-            if cfg.fwd_flops() <= 2e11 and not big:
+            if small_enough(cfg):
                 break
             if cfg.N > 1:
                 cfg = cfg.scaled(cfg.N // 2, cfg.H, cfg.W)
@@ -265,9 +268,7 @@ def sweep_configs(n: int, seed: int) -> List[Config]:
                 cfg = cfg.scaled(1, max(1, cfg.H // 2), max(1, cfg.W // 2))
             else:
                 break
-        n_el = cfg.numels()
-        if (cfg.valid() and 1e6 <= cfg.fwd_flops() <= 2e11
-                and 4 * max(n_el["x"], n_el["out"], n_el["w"]) <= 512 * 2 ** 20):
+        if cfg.valid() and cfg.fwd_flops() >= 1e6 and small_enough(cfg):
             out.append(cfg)
     return out
 

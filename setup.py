@@ -252,7 +252,7 @@ def make_build_ext(base):
     return BuildExt
 
 
-common_sources = (["csrc/ops.cpp", "csrc/glue.cpp", "csrc/tuning.cpp"] + sorted(glob.glob("csrc/autograd/*.cpp"))
+common_sources = (["csrc/ops.cpp", "csrc/glue.cpp", "csrc/tuning.cpp", "csrc/algo.cpp"] + sorted(glob.glob("csrc/autograd/*.cpp"))
                   + sorted(glob.glob("csrc/cpu/*.cpp")))
 cuda_sources = (sorted(glob.glob("csrc/cuda/**/*.cpp", recursive=True))
                 + sorted(glob.glob("csrc/cuda/**/*.cu", recursive=True)))

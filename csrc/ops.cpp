@@ -4,6 +4,7 @@
 #include <Python.h>
 #include <torch/library.h>
 
+#include "common/algo.h"
 #include "common/tuning.h"
 
 TORCH_LIBRARY(convt2d, m) {
@@ -80,10 +81,28 @@ PyObject* tuning_reset(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// [(pass, algorithm)] of this thread's latest calls (convt2d.last_algorithms()).
+PyObject* last_algorithms(PyObject*, PyObject*) {
+  const auto runs = convt2d::last_algorithms();
+  PyObject* out = PyList_New(0);
+  if (!out) return nullptr;
+  for (const auto& r : runs) {
+    PyObject* t = Py_BuildValue("(ss)", r.first.c_str(), r.second.c_str());
+    if (!t || PyList_Append(out, t) != 0) {
+      Py_XDECREF(t);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    Py_DECREF(t);
+  }
+  return out;
+}
+
 PyMethodDef methods[] = {
     {"_tuning_info", tuning_info, METH_NOARGS, "autotune counters (convt2d.info())"},
     {"_tuning_log", tuning_log, METH_NOARGS, "autotune records (convt2d.tuning_log())"},
     {"_tuning_reset", tuning_reset, METH_NOARGS, "forget every autotuned choice"},
+    {"_last_algorithms", last_algorithms, METH_NOARGS, "convt2d.last_algorithms()"},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

@@ -1,7 +1,11 @@
-"""A/B timing of kernel choices on the suite (GPU): torch vs convt2d with
-CONVT2D_KERNEL = default | tc | direct | v1, forward (and backward with --bwd).
-Sanity error vs torch's fp32 IEEE result on the same GPU (correctness proper
-is scripts/gpu_check.py and the tests). Usage: python scripts/ab.py [--bwd] [rows...]"""
+"""A/B timing of kernel choices on the suite (GPU): torch vs convt2d with each CONVT2D_ALGO
+value of AB_ALGOS, forward (and backward, at the default choices, with --bwd).
+AB_ALGOS: CONVT2D_ALGO values separated by ';' (the values themselves hold commas), an empty
+value or "default" for the planner's heuristics; default ";fwd:implicit_gemm;fwd:direct"
+(e.g. also fwd:implicit_gemm_simt, the old CUDA-core "v1" forward, or fwd:patch_gemm).
+AB_DTYPES=fp32,bf16,ieee. Sanity error vs torch's fp32 IEEE result on the same GPU
+(correctness proper is scripts/gpu_check.py and the tests).
+Usage: AB_ALGOS='default;fwd:implicit_gemm' python scripts/ab.py [--bwd] [rows...]"""
 import os
 import sys
 
@@ -14,13 +18,22 @@ from convt2d.bench import SUITE
 
 rows = [a for a in sys.argv[1:] if not a.startswith("--")]
 do_bwd = "--bwd" in sys.argv
-kernels = os.environ.get("AB_KERNELS", "default,tc,direct").split(",")
+algos = ["" if a.strip() == "default" else a.strip()
+         for a in os.environ.get("AB_ALGOS", ";fwd:implicit_gemm;fwd:direct").split(";")]
 dts = os.environ.get("AB_DTYPES", "fp32,bf16,ieee").split(",")
 torch.manual_seed(0)
 
 
 def t(fn):
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def set_algo(a):
+    """CONVT2D_ALGO=a for the next calls (the planner reads it on every call); "" unsets it."""
+    if a:
+        os.environ["CONVT2D_ALGO"] = a
+    else:
+        os.environ.pop("CONVT2D_ALGO", None)
 
 
 for cfg in SUITE:
@@ -40,8 +53,9 @@ for cfg in SUITE:
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
             tt = t(lambda: F.conv_transpose2d(x, w, b, *args))
             line = f"{cfg.name:6s} {dn:5s} fwd torch {tt:7.3f} ms |"
-            for k in kernels:
-                os.environ["CONVT2D_KERNEL"] = "" if k == "default" else k
+            for a in algos:
+                set_algo(a)
+                k = a or "default"
                 try:
                     out = convt2d.forward(x, w, b, *args)
                     err = ((out.float() - ref).norm() / ref.norm()).item()
@@ -55,11 +69,11 @@ for cfg in SUITE:
                 tb = t(lambda: torch.ops.aten.convolution_backward(
                     go, x, w, None, stride, padding, dilation, True, output_padding, groups,
                     [True, True, False]))
-                os.environ["CONVT2D_KERNEL"] = ""
+                set_algo("")
                 ob = t(lambda: torch.ops.convt2d.backward(go, x, w, *args, [True, True, False]))
                 oi = t(lambda: torch.ops.convt2d.backward(go, x, w, *args, [True, False, False]))
                 print(f"{cfg.name:6s} {dn:5s} bwd torch {tb:7.3f} ms | ours {ob:7.3f} "
                       f"({tb / ob:5.2f}x) | ours grad_input only {oi:7.3f}", flush=True)
-        os.environ["CONVT2D_KERNEL"] = ""
+        set_algo("")
         del x, w, b, ref
         torch.cuda.empty_cache()

@@ -1,6 +1,10 @@
-"""A/B of a kernel-choice environment variable (GPU): forward and grad_input times for each
-value, torch alongside, same process (the launchers read the variable on every call), triton
-do_bench median. Usage: python scripts/env_ab.py VAR v1,v2,... [rows...]
+"""A/B of a kernel-choice environment variable, CONVT2D_ALGO (GPU): forward and grad_input
+times for each value, torch alongside, same process (the planner reads the variable on every
+call), triton do_bench median. Usage: python scripts/env_ab.py VAR 'v1;v2;...' [rows...]
+The values are separated by ';' (CONVT2D_ALGO values hold commas; quote the list in a shell);
+an empty value is the variable set to "" (for CONVT2D_ALGO: the planner's heuristics). E.g.
+  python scripts/env_ab.py CONVT2D_ALGO 'fwd:implicit_gemm_wgmma_ws;fwd:implicit_gemm_halo'
+  python scripts/env_ab.py CONVT2D_ALGO ';dgrad:implicit_gemm_mma,bwd:strided' seedA
 (EA_DTYPES=fp32,bf16,fp16,ieee; EA_PASSES=fwd,gi,gw,bwd: bwd = grads of x and w)"""
 import os
 import sys
@@ -12,7 +16,7 @@ import convt2d  # noqa: F401  (registers torch.ops.convt2d)
 from convt2d.bench import SUITE, Config
 from suite_rows import call_pair, suite_inputs
 
-var, vals = sys.argv[1], sys.argv[2].split(",")
+var, vals = sys.argv[1], sys.argv[2].split(";")
 rows = sys.argv[3:]
 dts = os.environ.get("EA_DTYPES", "fp32,bf16").split(",")
 passes = os.environ.get("EA_PASSES", "fwd,gi").split(",")
@@ -23,7 +27,10 @@ def t(fn):
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-print(f"{'row':8} {'dtype':5} {'pass':4} {'torch ms':>9} " + " ".join(f"{var}={v:>4}" for v in vals))
+for i, v in enumerate(vals):  # the values are long: numbered columns
+    print(f"[{i}] {var}={v}")
+print(f"{'row':8} {'dtype':5} {'pass':4} {'torch ms':>9} " +
+      " ".join(f"{f'[{i}]':>16}" for i in range(len(vals))))
 # EA_EXTRA="name,N,Cin,Cout,k,H,W,stride,padding,output_padding;...": rows outside the suite
 # (named on the command line like suite rows, or run with them when no rows are named).
 extra = []

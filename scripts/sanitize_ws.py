@@ -1,5 +1,6 @@
-"""compute-sanitizer target (GPU): the two Hopper kernels forced on, each with its TMA loader
-and with its cp.async loader, checked against float64 on the CPU:
+"""compute-sanitizer target (GPU): the two Hopper kernels forced on (CONVT2D_ALGO), each with
+its TMA loader and with its cp.async loader (loader=cpasync), checked against float64 on the
+CPU:
 - the warp-specialised tc_ws kernel: one forward with more tiles than SMs (4 phases x 36 row
   tiles) and its grad_input;
 - the halo kernel: a stride-1 3x3 forward (three tap columns per phase) and its grad_input.
@@ -12,18 +13,16 @@ import convt2d
 
 torch.manual_seed(0)
 F = torch.nn.functional
-# kernel, env, (x shape, w shape, stride, padding)
+# kernel, CONVT2D_ALGO (forward and grad_input), (x shape, w shape, stride, padding)
 CASES = (
-    ("ws", {"CONVT2D_WS": "1", "CONVT2D_HALO": "0"}, ((4, 64, 48, 48), (64, 192, 4, 4), 2, 1)),
-    ("halo", {"CONVT2D_HALO": "1"}, ((2, 64, 40, 40), (64, 64, 3, 3), 1, 1)),
+    ("ws", "fwd:implicit_gemm_wgmma_ws,dgrad:implicit_gemm_wgmma_ws",
+     ((4, 64, 48, 48), (64, 192, 4, 4), 2, 1)),
+    ("halo", "fwd:implicit_gemm_halo,dgrad:implicit_gemm_halo",
+     ((2, 64, 40, 40), (64, 64, 3, 3), 1, 1)),
 )
-for kernel, env, (xs, ws, s, p) in CASES:
-    for var in ("CONVT2D_WS", "CONVT2D_HALO"):
-        os.environ.pop(var, None)
-    os.environ.update(env)
+for kernel, algo, (xs, ws, s, p) in CASES:
     for tma in ("1", "0"):
-        os.environ["CONVT2D_WS_TMA"] = tma
-        os.environ["CONVT2D_HALO_TMA"] = tma
+        os.environ["CONVT2D_ALGO"] = algo if tma == "1" else algo + ",loader=cpasync"
         for dt in (torch.bfloat16, torch.float32):
             x = torch.randn(*xs, device="cuda", dtype=dt, requires_grad=True)
             w = torch.randn(*ws, device="cuda", dtype=dt) * 0.1

@@ -24,8 +24,15 @@ Layout of the suite:
   test_compile.py        torch.compile (fullgraph) and torch.export
   test_modules.py        convt2d.ConvTranspose2d, convert(), state_dict, autocast
   test_errors.py         bad input: same exception type and message as torch
-  test_cuda.py           CUDA only: devices, streams, graphs, determinism, TF32, large index
+  test_algo.py           CONVT2D_ALGO: parsing, errors, the CPU kernels forced
+  test_cuda.py           CUDA only: devices, streams, graphs, determinism, TF32, large index;
+                         every CUDA algorithm forced through CONVT2D_ALGO
   test_training.py       100-step DCGAN / U-Net training tracks nn.ConvTranspose2d (CPU, CUDA)
+  test_process.py        whole processes: clean exit, mismatched installs, thread-creation failure
+  test_info.py           convt2d.info(), the autotune counters and log
+  test_distributed.py    DistributedDataParallel on 2 GPUs, a tensor on cuda:1
+  test_bench.py          the benchmark's generators and report (CPU)
+  test_wheel.py          the wheel (slow, opt-in: CONVT2D_TEST_WHEEL=1)
 """
 import math
 import zlib

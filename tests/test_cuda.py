@@ -18,6 +18,27 @@ def _tf32_off():
     return torch.backends.cudnn.flags(enabled=True, allow_tf32=False)
 
 
+def _algo(monkeypatch, spec):
+    """Force the planner's choices for the rest of the test: CONVT2D_ALGO=spec (comma-separated
+    `pass:algorithm` and `option=value` items, e.g. "fwd:patch_gemm,bwd:strided"); None or "":
+    unset, the planner's heuristics."""
+    if spec:
+        monkeypatch.setenv("CONVT2D_ALGO", spec)
+    else:
+        monkeypatch.delenv("CONVT2D_ALGO", raising=False)
+
+
+def _algos(*items):
+    """One CONVT2D_ALGO string from items (None / "" items left out)."""
+    return ",".join(i for i in items if i)
+
+
+def _ran(pass_):
+    """The algorithm the planner ran in the latest call of `pass_` (fwd, dgrad, wgrad, bwd),
+    process-wide."""
+    return convt2d.last_algorithms().get(pass_)
+
+
 def test_build_has_cuda_kernels():
     assert convt2d.cuda_available(), "convt2d was built without CUDA kernels"
 
@@ -237,9 +258,10 @@ def test_large_output_beyond_int32_backward():
 
 
 # Shapes for both tensor-core kernels on Hopper: the warp-specialised 256-row tile
-# (CONVT2D_WS=1) and the two-block kernel (CONVT2D_WS=0), forward and grad_input
-# (the dgrad GEMM runs on the same kernels). Partial M and N tiles, several phases, taps
-# missing from some phases, groups, dilation, bias.
+# (implicit_gemm_wgmma_ws) and the two-block kernel (implicit_gemm_wgmma), forward and
+# grad_input (the dgrad GEMM runs on the same kernels; CONVT2D_ALGO forces both passes).
+# Partial M and N tiles, several phases, taps missing from some phases, groups, dilation,
+# bias.
 _WS_CFGS = [
     Cfg(2, 64, 128, 9, 37, k=(3, 5)),
     Cfg(3, 128, 96, 7, 11, k=4, stride=2, padding=1, bias=True),
@@ -250,6 +272,13 @@ _WS_CFGS = [
 ]
 
 
+_WS_ALGOS = {
+    "0": "fwd:implicit_gemm_wgmma,dgrad:implicit_gemm_wgmma",
+    "1": "fwd:implicit_gemm_wgmma_ws,dgrad:implicit_gemm_wgmma_ws",
+    "1-cpasync": "fwd:implicit_gemm_wgmma_ws,dgrad:implicit_gemm_wgmma_ws,loader=cpasync",
+}
+
+
 @pytest.mark.parametrize("ws", ["0", "1", "1-cpasync"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
@@ -257,9 +286,9 @@ _WS_CFGS = [
 def test_tensor_core_kernels_forced(cfg, dtype, layout, ws, monkeypatch):
     # "1": the warp-specialised kernel with its TMA loader where that applies (all these
     # rows except the groups=2 row's grad_input, Kc 80: a channel tile would cross into
-    # the next group, so it loads with cp.async); "1-cpasync": CONVT2D_WS_TMA=0.
-    monkeypatch.setenv("CONVT2D_WS", ws[0])
-    monkeypatch.setenv("CONVT2D_WS_TMA", "0" if ws == "1-cpasync" else "1")
+    # the next group, so it loads with cp.async); "1-cpasync": loader=cpasync. "0": the
+    # two-block kernel. (Elsewhere than on an H100 the launcher's choice runs.)
+    _algo(monkeypatch, _WS_ALGOS[ws])
     x, w, b = cfg.make(dtype, "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -273,6 +302,7 @@ def test_tensor_core_kernels_forced(cfg, dtype, layout, ws, monkeypatch):
 # groups, row strides (forward phases; grad_input with stride 1 along x only), a phase with
 # no tap columns (bias only), bias. Forward and both gradients; grad_input also runs on the
 # halo kernel where its GEMM qualifies (Cout/groups * size >= 128 bytes).
+_HALO_ALGO = "fwd:implicit_gemm_halo,dgrad:implicit_gemm_halo"
 _HALO_CFGS = [
     Cfg(2, 64, 128, 9, 37, k=(3, 5)),
     Cfg(3, 64, 40, 7, 5, k=(2, 3), padding=(0, 1), bias=True),
@@ -292,9 +322,8 @@ _HALO_CFGS = [
 @pytest.mark.parametrize("cfg", _HALO_CFGS, ids=lambda c: c.id())
 def test_halo_kernel_forced(cfg, dtype, layout, loader, monkeypatch):
     # loader "tma": the TMA loader where it applies (all of these shapes but the groups=2 row
-    # in 16-bit, Kc 64 = one channel tile: that applies too); "cpasync": CONVT2D_HALO_TMA=0.
-    monkeypatch.setenv("CONVT2D_HALO", "1")
-    monkeypatch.setenv("CONVT2D_HALO_TMA", "1" if loader == "tma" else "0")
+    # in 16-bit, Kc 64 = one channel tile: that applies too); "cpasync": loader=cpasync.
+    _algo(monkeypatch, _algos(_HALO_ALGO, "loader=cpasync" if loader == "cpasync" else None))
     x, w, b = cfg.make(dtype, "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -314,7 +343,7 @@ _HALO_IEEE_CFGS = _HALO_CFGS + [
 def test_halo_kernel_forced_ieee(cfg, layout, monkeypatch):
     """fp32 with TF32 off on the halo kernel: 3xTF32 (split halo and weight halves, per-item
     partial sums added in IEEE fp32) within the fp32 tolerance."""
-    monkeypatch.setenv("CONVT2D_HALO", "1")
+    _algo(monkeypatch, _HALO_ALGO)
     x, w, b = cfg.make(torch.float32, "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -323,6 +352,7 @@ def test_halo_kernel_forced_ieee(cfg, layout, monkeypatch):
         if torch.cuda.get_device_capability() == (9, 0):  # and it ran there, not a fallback
             names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
             assert any(_split_halo(n) for n in names), names
+            assert _ran("fwd") == "implicit_gemm_halo", convt2d.last_algorithms()
 
 
 def _split_halo(name):
@@ -399,15 +429,14 @@ def _f16x3_ran(fn):
     return any(_f16x3_halo(n) for n in names)
 
 
-@pytest.mark.parametrize("wtma", [None, "0"], ids=["wtma", "wcpasync"])
+@pytest.mark.parametrize("wtma", [None, "loader=cpasync"], ids=["wtma", "wcpasync"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _F16X3_CFGS, ids=lambda c: c.id())
 def test_f16x3_kernel(cfg, layout, wtma, monkeypatch):
     """fp32 with TF32 off: the default forward runs 3xFP16 on these shapes (asserted), within
-    the fp32 tolerance; CONVT2D_F16X3=0 gives 3xTF32 alone. CONVT2D_F16X3_TMA=0 copies the
+    the fp32 tolerance; CONVT2D_ALGO=f16x3=off gives 3xTF32 alone. loader=cpasync copies the
     weights with cp.async instead of TMA."""
-    if wtma is not None:
-        monkeypatch.setenv("CONVT2D_F16X3_TMA", wtma)
+    _algo(monkeypatch, wtma)
     x, w, b = cfg.make(torch.float32, "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -427,7 +456,7 @@ def test_f16x3_kernel(cfg, layout, wtma, monkeypatch):
 
 
 def test_f16x3_off_switch(monkeypatch):
-    monkeypatch.setenv("CONVT2D_F16X3", "0")
+    _algo(monkeypatch, "f16x3=off")
     cfg = _F16X3_CFGS[0]
     x, w, b = cfg.make(torch.float32, "cuda")
     with _tf32_off():
@@ -446,19 +475,16 @@ _F16X3_BIG = [
 ]
 
 
-@pytest.mark.parametrize("wtma", [None, "0"], ids=["wtma", "wcpasync"])
-@pytest.mark.parametrize("persist", [None, "1"], ids=["blocks", "persistent"])
+@pytest.mark.parametrize("wtma", [None, "loader=cpasync"], ids=["wtma", "wcpasync"])
+@pytest.mark.parametrize("persist", [None, "f16x3_persist=on"], ids=["blocks", "persistent"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _F16X3_BIG, ids=lambda c: c.id())
 def test_f16x3_persistent_many_tiles(cfg, layout, persist, wtma, monkeypatch):
     """Images 10^-3..10^4 apart in magnitude, so the item scales change from tile to tile of
     one block; each image within fp32 accuracy of the float64 reference, output poisoned.
-    By default a block takes one tile; CONVT2D_F16X3_PERSIST=1 forces the persistent kernel,
-    whose blocks take several."""
-    if persist is not None:
-        monkeypatch.setenv("CONVT2D_F16X3_PERSIST", persist)
-    if wtma is not None:
-        monkeypatch.setenv("CONVT2D_F16X3_TMA", wtma)
+    By default a block takes one tile; CONVT2D_ALGO=f16x3_persist=on forces the persistent
+    kernel, whose blocks take several."""
+    _algo(monkeypatch, _algos(persist, wtma))
     x, w, b = cfg.make(torch.float32, "cpu")
     x = x * torch.logspace(-3, 4, cfg.N).view(-1, 1, 1, 1).float()
     ref = F.conv_transpose2d(x.double(), w.double(), None if b is None else b.double(),
@@ -554,21 +580,18 @@ def test_f16x3_nchw(cfg, monkeypatch):
     """fp32 with TF32 off, NCHW x: the 3xFP16 kernel reads x itself (asserted on an H100:
     its kNchw instance ran and no ungated channels-last copy), images 10^-3..10^3 apart in
     magnitude, output poisoned, each image within fp32 accuracy of the float64 reference;
-    CONVT2D_F16X3_NCHW=1 (wherever it can; by default only where its rows need no widening),
-    then CONVT2D_F16X3_NCHW=0 (the copy first). (CONVT2D_KERNEL=tc and
-    CONVT2D_HALO=1: the halo kernel wherever it applies; by default the router sends some of
-    these shapes to other kernels.)"""
-    monkeypatch.setenv("CONVT2D_KERNEL", "tc")
-    monkeypatch.setenv("CONVT2D_HALO", "1")
+    f16x3_nchw=on (wherever it can; by default only where its rows need no widening),
+    then f16x3_nchw=off (the copy first). (fwd:implicit_gemm_halo: the halo kernel wherever it
+    applies; by default the router sends some of these shapes to other kernels.)"""
     x, w, b = cfg.make(torch.float32, "cpu")
     x = x * torch.logspace(-3, 3, cfg.N).view(-1, 1, 1, 1).float()
     ref = F.conv_transpose2d(x.double(), w.double(), None if b is None else b.double(),
                              **cfg.kwargs())
     xc, wc, bc = x.cuda(), w.cuda(), None if b is None else b.cuda()
     fn = lambda: convt2d.forward(xc, wc, bc, **cfg.kwargs())  # noqa: E731
-    for off in (None, "0"):
-        with _tf32_off(), pytest.MonkeyPatch.context() as mp:
-            mp.setenv("CONVT2D_F16X3_NCHW", "1" if off is None else off)
+    for off in (None, "off"):
+        _algo(monkeypatch, _algos(_HALO_ALGO, "f16x3_nchw=" + ("on" if off is None else off)))
+        with _tf32_off():
             poison("cuda", ref.numel() * 4)
             out = fn().cpu()
             if torch.cuda.get_device_capability() == (9, 0):
@@ -577,6 +600,7 @@ def test_f16x3_nchw(cfg, monkeypatch):
                 assert f16 and all((re.search(_HALO_NCHW, n) is not None) == (off is None)
                                    for n in f16), names
                 assert _copied_x(names) == (off is not None), names
+                assert _ran("fwd") == "implicit_gemm_halo", convt2d.last_algorithms()
         for n in range(cfg.N):
             assert_close(out[n], ref[n], torch.float32, "cpu", f"image {n} (NCHW off: {off})")
 
@@ -601,14 +625,13 @@ def test_f16x3_nchw_default(cfg, nchw):
             assert _copied_x(names) == (not nchw), names
 
 
-@pytest.mark.parametrize("nchw", [None, "1"], ids=["default", "forced"])
+@pytest.mark.parametrize("nchw", [None, "f16x3_nchw=on"], ids=["default", "forced"])
 def test_f16x3_nchw_cropped_columns(nchw, monkeypatch):
     """Source columns that padding crops (they feed no output) but that a led / widened row
     of the NCHW-reading kernel still loads: 1e20 there (inside the 3xFP16 range, so no
     fallback) must not change the item scales. k=3 padding (1, 3) at W 32: lead 1, rows 30
     -> 32, columns 0 and 31 cropped."""
-    if nchw is not None:
-        monkeypatch.setenv("CONVT2D_F16X3_NCHW", nchw)
+    _algo(monkeypatch, nchw)
     cfg = Cfg(2, 64, 128, 8, 32, k=3, padding=(1, 3))
     x, w, b = cfg.make(torch.float32, "cpu")
     x[:, :, :, 0] = 1e20
@@ -686,24 +709,24 @@ def test_ws_kernel_tma_loader_where_it_applies(dtype, monkeypatch):
     """The warp-specialised kernel loads through TMA (im2col A, tiled B) on an H100, forward
     and grad_input (stride 2: the grad_input map walks its pixel window in steps of 2). It
     falls back to cp.async where a channel tile would cross into the next group (groups 2
-    with Kc 96: 16-bit channel tiles are 64 wide, fp32 ones 32) and with CONVT2D_WS_TMA=0.
+    with Kc 96: 16-bit channel tiles are 64 wide, fp32 ones 32) and with loader=cpasync.
     Every result is checked against the float64 reference."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the warp-specialised kernel is built for sm_90a")
-    monkeypatch.setenv("CONVT2D_WS", "1")
-    monkeypatch.setenv("CONVT2D_HALO", "0")
     dense = Cfg(3, 128, 192, 9, 11, k=4, stride=2, padding=1, bias=True)
     grouped = Cfg(2, 192, 256, 7, 9, k=3, stride=2, padding=1, groups=2)  # Kc 96 fwd, 128 dgrad
     fp32 = dtype == torch.float32
-    for cfg, env, want in [(dense, "1", (2, 0)), (dense, "0", (0, 2)),
-                           (grouped, "1", (2, 0) if fp32 else (1, 1))]:
-        monkeypatch.setenv("CONVT2D_WS_TMA", env)
+    for cfg, loader, want in [(dense, "tma", (2, 0)), (dense, "cpasync", (0, 2)),
+                              (grouped, "tma", (2, 0) if fp32 else (1, 1))]:
+        _algo(monkeypatch, _algos(_WS_ALGOS["1"],
+                                  "loader=cpasync" if loader == "cpasync" else None))
         x, w, b = cfg.make(dtype, "cuda")
         x.requires_grad_(True)
         names = _kernel_names(
             lambda: convt2d.forward(x, w, b, **cfg.kwargs()).float().sum().backward())
-        assert _ws_tma(names) == want, (cfg.id(), env, names)
-        check(x.detach(), w, b, cfg.kwargs(), what=f"tma={env} ")
+        assert _ws_tma(names) == want, (cfg.id(), loader, names)
+        assert _ran("fwd") == "implicit_gemm_wgmma_ws", convt2d.last_algorithms()
+        check(x.detach(), w, b, cfg.kwargs(), what=f"loader={loader} ")
 
 
 def test_tma_declines_tap_reach_beyond_im2col_offsets(monkeypatch):
@@ -712,13 +735,13 @@ def test_tma_declines_tap_reach_beyond_im2col_offsets(monkeypatch):
     decline, forward and grad_input, and the cp.async loader gives the right result."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the TMA loaders are built for sm_90a")
-    monkeypatch.setenv("CONVT2D_WS", "1")
-    monkeypatch.setenv("CONVT2D_HALO", "0")
+    _algo(monkeypatch, _WS_ALGOS["1"])
     cfg = Cfg(1, 64, 128, 6, 300, k=(1, 3), padding=(0, 128), dilation=(1, 128), bias=False)
     x, w, b = cfg.make(torch.bfloat16, "cuda")
     x.requires_grad_(True)
     names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()).float().sum().backward())
     assert _ws_tma(names) == (0, 2), names
+    assert _ran("fwd") == "implicit_gemm_wgmma_ws", convt2d.last_algorithms()
     check(x.detach(), w, b, cfg.kwargs(), what="reach 256 ")
 
 
@@ -742,10 +765,10 @@ def test_halo_kernel_is_the_default_where_it_applies(monkeypatch):
     x32, w32 = x.detach().float().requires_grad_(True), w.float()
     names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
     assert _halo_tma(names) == (2, 0), names
-    monkeypatch.setenv("CONVT2D_HALO_TMA", "0")
+    _algo(monkeypatch, "loader=cpasync")
     names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
     assert _halo_tma(names) == (0, 2), names
-    monkeypatch.delenv("CONVT2D_HALO_TMA")
+    _algo(monkeypatch, None)
     # fp32 with TF32 off: 3xTF32 on the halo kernel (the only wgmma 3xTF32 path).
     with _tf32_off():
         names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
@@ -757,8 +780,8 @@ def test_halo_kernel_is_the_default_where_it_applies(monkeypatch):
 # 128-wide tile), use groups, strides, dilation, padding that crops taps, and a K
 # (N*H*W pixels) long enough for many split-K slices with a short last one; 272 taps.
 # Each runs on the
-# tensor-core kernel and on the CUDA-core fallback (CONVT2D_KERNEL=v1), in every dtype,
-# fp32 with TF32 on and off (3xTF32).
+# tensor-core kernel and on the CUDA-core fallback (everything on CUDA cores: _V1_ALGO), in
+# every dtype, fp32 with TF32 on and off (3xTF32).
 _WGRAD_CFGS = [
     Cfg(4, 40, 24, 33, 29, k=3, stride=2, padding=1, output_padding=1, bias=False),
     Cfg(2, 136, 40, 17, 19, k=(2, 3), stride=(2, 1), dilation=(1, 2)),
@@ -769,19 +792,24 @@ _WGRAD_CFGS = [
 ]
 
 
+_V1_ALGO = "fwd:implicit_gemm_simt,dgrad:implicit_gemm_simt,wgrad:simt,bwd:strided"
+
+
 @pytest.mark.parametrize("kernel", ["tc", "v1"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-ieee"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _WGRAD_CFGS, ids=lambda c: c.id())
 def test_grad_weight_kernels(cfg, dtype, layout, kernel, monkeypatch):
     if kernel == "v1":
-        monkeypatch.setenv("CONVT2D_KERNEL", "v1")
+        _algo(monkeypatch, _V1_ALGO)
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
     x, w, b = cfg.make(dt, "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=dtype != "fp32-ieee"):
         check(x, w, b, cfg.kwargs(), what=f"{kernel} {layout} {dtype} ")
+        if kernel == "v1":  # the CUDA-core implicit GEMM takes every problem
+            assert _ran("fwd") == "implicit_gemm_simt", convt2d.last_algorithms()
 
 
 # grad_weight on wgmma (grad_weight/wgrad_tensor_core.cu kWg: 16-bit, x channels-last, compute capability 9.0 with
@@ -806,13 +834,8 @@ def _wg_kernel(names):
 def test_grad_weight_wgmma(cfg, dtype, tile, monkeypatch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma kernels run on compute capability 9.0")
-    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
-    monkeypatch.setenv("CONVT2D_BWD_GATHER", "0")
-    monkeypatch.setenv("CONVT2D_WGRAD_XCOPY", "1")
-    if tile == "default":
-        monkeypatch.delenv("CONVT2D_TW_TILE", raising=False)
-    else:
-        monkeypatch.setenv("CONVT2D_TW_TILE", tile)
+    _algo(monkeypatch, _algos("bwd:strided", "wgrad_x=copy",
+                              None if tile == "default" else f"wgrad_tile={tile}"))
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     x, w, b = cfg.make(dt, "cuda")
     k = cfg.kwargs()
@@ -823,6 +846,7 @@ def test_grad_weight_wgmma(cfg, dtype, tile, monkeypatch):
                                                              [False, True, False]))
     if not any("tc_wgrad_kernel" in n for n in names):
         pytest.skip(f"not a tc_wgrad shape: {names}")
+    assert _ran("bwd") == "strided", convt2d.last_algorithms()
     # The heuristic takes wgmma from 128 GEMM rows (taps * Cout/groups) up.
     if tile != "default" or w.shape[1] * w.shape[2] * w.shape[3] >= 128:
         assert _wg_kernel(names), names
@@ -843,14 +867,12 @@ _WGRAD_XN_CFGS = [
 @pytest.mark.parametrize("dtype", ["bf16", "fp32", "fp32-ieee"])
 @pytest.mark.parametrize("cfg", _WGRAD_XN_CFGS, ids=lambda c: c.id())
 def test_grad_weight_nchw_x(cfg, dtype, tile, monkeypatch):
-    """NCHW x goes to grad_weight without a channels-last copy when asked (CONVT2D_WGRAD_XCOPY=0:
-    one layout copy in the backward, grad_output's; =1 makes two) and every tile is right. The
-    default picks it for 1x1 problems and few channels per group (the gather tests run it)."""
-    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
-    monkeypatch.setenv("CONVT2D_TW_TILE", tile)
-    monkeypatch.setenv("CONVT2D_BWD_GATHER", "0")
-    monkeypatch.setenv("CONVT2D_WGRAD_XCOPY", "0")
-    monkeypatch.setenv("CONVT2D_WGRAD_KM", "0")  # the mma.sync kernel, not tc_wgrad_km
+    """NCHW x goes to grad_weight without a channels-last copy when asked (wgrad_x=nchw: one
+    layout copy in the backward, grad_output's; wgrad_x=copy makes two) and every tile is right.
+    The default picks it for 1x1 problems and few channels per group (the gather tests run
+    it). wgrad:tensorop: the mma.sync kernel, not tc_wgrad_km (wgmma_nchw)."""
+    base = _algos("wgrad:tensorop", f"wgrad_tile={tile}", "bwd:strided")
+    _algo(monkeypatch, _algos(base, "wgrad_x=nchw"))
     dt = {"bf16": torch.bfloat16}.get(dtype, torch.float32)
     x, w, b = cfg.make(dt, "cuda")
     k = cfg.kwargs()
@@ -862,16 +884,18 @@ def test_grad_weight_nchw_x(cfg, dtype, tile, monkeypatch):
             names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
                                                                      [False, True, False]))
             assert any("tc_wgrad_kernel" in n for n in names), names
+            assert _ran("wgrad") == "tensorop", convt2d.last_algorithms()
+            assert _ran("bwd") == "strided", convt2d.last_algorithms()
             return sum("nchw_to_nhwc" in n for n in names)
-        monkeypatch.setenv("CONVT2D_WGRAD_XCOPY", "1")
+        _algo(monkeypatch, _algos(base, "wgrad_x=copy"))
         assert copies() == 2
-        monkeypatch.setenv("CONVT2D_WGRAD_XCOPY", "0")
+        _algo(monkeypatch, _algos(base, "wgrad_x=nchw"))
         assert copies() == 1
         check(x, w, b, k, what=f"nchw x {tile} {dtype} ")
 
 
 # grad_weight on wgmma from the NCHW tensors (grad_weight/wgrad_nchw_sm90.cu; fp32: 3xTF32 with TF32 off, TF32
-# with CONVT2D_WGRAD_KM=1; at least 32 channels per group): row widths that are not whole
+# with CONVT2D_ALGO=wgrad:wgmma_nchw; at least 32 channels per group): row widths that are not whole
 # 32-pixel tiles nor multiples of 4 (the padded-row copy), a channel tail in both GEMM
 # dimensions (Cin 72 of two 64-ci tiles, Cout 96 / 40 of 64-co slabs), an odd item count
 # (taps x slabs), vertical stride and dilation, groups, 1x1, a tap reach beyond the image,
@@ -895,12 +919,7 @@ _WGRAD_KM_CFGS = [
 def test_grad_weight_km(cfg, mode, monkeypatch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma kernels run on compute capability 9.0")
-    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
-    monkeypatch.setenv("CONVT2D_BWD_GATHER", "0")
-    if mode == "fp32":
-        monkeypatch.setenv("CONVT2D_WGRAD_KM", "1")
-    else:
-        monkeypatch.delenv("CONVT2D_WGRAD_KM", raising=False)
+    _algo(monkeypatch, _algos("bwd:strided", "wgrad:wgmma_nchw" if mode == "fp32" else None))
     x, w, b = cfg.make(torch.float32, "cuda")
     k = cfg.kwargs()
     args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
@@ -910,6 +929,8 @@ def test_grad_weight_km(cfg, mode, monkeypatch):
         names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
                                                                  [False, True, False]))
         assert any("tc_wgrad_km_kernel" in n for n in names), names
+        if mode == "fp32":
+            assert _ran("wgrad") == "wgmma_nchw", convt2d.last_algorithms()
         # only grad_weight asked: no channels-last copy of anything
         assert not any("nchw_to_nhwc" in n for n in names), names
         check(x, w, b, k, what=f"km {mode} ")
@@ -1084,7 +1105,7 @@ def test_autotune_keeps_the_heuristic_within_noise():
             assert t[r["chosen"]] * 1.03 + 0.001 < t["heuristic"], r
 
 
-# The direct kernel (forced with CONVT2D_KERNEL=direct) on odd shapes: one tap per phase
+# The direct kernel (forced with CONVT2D_ALGO=fwd:direct) on odd shapes: one tap per phase
 # (seedC-like), groups with 8 channels per group (seedD-like), channel counts that are not
 # multiples of 16, 8 and 4 output channels per group (its 8- and 4-channel variants), several
 # row and column tiles, output_padding and bias.
@@ -1110,12 +1131,13 @@ _DIRECT_CFGS = [
 @pytest.mark.parametrize("cfg", _DIRECT_CFGS, ids=lambda c: c.id())
 def test_direct_kernel_shapes(cfg, dtype, layout, monkeypatch):
     """16-bit and fp32 with TF32 allowed ("fp32-tf32") run the tensor-core direct kernel
-    (forward/direct_tensor_core.cu); "fp16-cuda-cores" forces the CUDA-core one (CONVT2D_DIRECT_TC=0), and fp32
-    with TF32 off always runs it."""
-    monkeypatch.setenv("CONVT2D_KERNEL", "direct")
+    (forward/direct_tensor_core.cu); "fp16-cuda-cores" forces the CUDA-core one (fwd:direct_simt),
+    and fp32 with TF32 off always runs it. (fwd:direct: the direct forward's own choice.)"""
     if dtype == "fp16-cuda-cores":
-        monkeypatch.setenv("CONVT2D_DIRECT_TC", "0")
+        _algo(monkeypatch, "fwd:direct_simt")
         dtype = "fp16"
+    else:
+        _algo(monkeypatch, "fwd:direct")
     tf32 = dtype == "fp32-tf32"
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
           "fp32-tf32": torch.float32}[dtype]
@@ -1130,9 +1152,9 @@ def test_direct_kernel_shapes(cfg, dtype, layout, monkeypatch):
 def test_direct_tc_kernel_runs(dtype, monkeypatch):
     """seedC- and seedD-like 16-bit forwards, and fp32 ones with TF32 allowed (torch's
     default), run the tensor-core direct kernel by default and the CUDA-core one with
-    CONVT2D_DIRECT_TC=0; both match the float64 reference. fp32 with TF32 off never runs it.
-    One input pixel is +inf: the outputs it reaches are inf, no output is NaN (the kernel pads
-    odd K-item counts with zeros on both operands, never x * 0)."""
+    CONVT2D_ALGO=fwd:direct_simt; both match the float64 reference. fp32 with TF32 off never
+    runs it. One input pixel is +inf: the outputs it reaches are inf, no output is NaN (the
+    kernel pads odd K-item counts with zeros on both operands, never x * 0)."""
     cfgs = [Cfg(2, 32, 64, 12, 20, k=3, stride=5, padding=1, dilation=2, bias=True),
             Cfg(2, 32, 64, 10, 14, k=(3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1),
                 groups=4)]
@@ -1149,18 +1171,19 @@ def test_direct_tc_kernel_runs(dtype, monkeypatch):
 
 def _direct_tc_runs(cfgs, dtype, monkeypatch):
     for cfg in cfgs:
-        for env, want in [("1", True), ("0", False)]:
-            monkeypatch.setenv("CONVT2D_DIRECT_TC", env)
+        for spec, want in [(None, True), ("fwd:direct_simt", False)]:
+            _algo(monkeypatch, spec)
             x, w, b = cfg.make(dtype, "cuda")
             names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
-            assert any("direct_tc_kernel" in n for n in names) == want, (cfg.id(), env, names)
-            check(x, w, b, cfg.kwargs(), backward=False, what=f"direct_tc={env} ")
-        monkeypatch.setenv("CONVT2D_DIRECT_TC", "1")
+            assert any("direct_tc_kernel" in n for n in names) == want, (cfg.id(), spec, names)
+            if spec is not None:
+                assert _ran("fwd") == "direct_simt", convt2d.last_algorithms()
+            check(x, w, b, cfg.kwargs(), backward=False, what=f"direct {spec or 'default'} ")
         for nt in ("8", "4", "2"):  # 64, 32, 16 output channels per block (default cap: 32)
-            monkeypatch.setenv("CONVT2D_DTC_NT", nt)
+            _algo(monkeypatch, f"direct_nt={nt}")
             x, w, b = cfg.make(dtype, "cuda")
             check(x, w, b, cfg.kwargs(), backward=False, what=f"direct_tc nt={nt} ")
-        monkeypatch.delenv("CONVT2D_DTC_NT")
+        _algo(monkeypatch, None)
         x, w, b = cfg.make(dtype, "cuda")
         x[1, 3, 4, 5] = float("inf")
         w = w.abs() + 0.1
@@ -1174,10 +1197,10 @@ def _direct_tc_runs(cfgs, dtype, monkeypatch):
 @pytest.mark.parametrize("nt", ["8", "4", "2"])
 def test_direct_tc_single_warp_block(nt, dtype, monkeypatch):
     """sw = 1 and one row per tile give blocks of one warp (32 threads): with 64 channels per
-    block (CONVT2D_DTC_NT=8) the bias staging once covered only channels 0..31, and channel 32
-    read uninitialised shared memory (found by a Python model of the kernel, 2026-11-23)."""
-    monkeypatch.setenv("CONVT2D_KERNEL", "direct")
-    monkeypatch.setenv("CONVT2D_DTC_NT", nt)
+    block (CONVT2D_ALGO=direct_nt=8) the bias staging once covered only channels 0..31, and
+    channel 32 read uninitialised shared memory (found by a Python model of the kernel,
+    2026-11-23)."""
+    _algo(monkeypatch, f"fwd:direct,direct_nt={nt}")
     for cfg in [Cfg(1, 1, 33, 1, 1, k=1, bias=False), Cfg(2, 3, 70, 1, 5, k=1, bias=True)]:
         x, w, b = cfg.make(dtype, "cuda")
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
@@ -1210,46 +1233,44 @@ _NARROW_CFGS = [
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _NARROW_CFGS, ids=lambda c: c.id())
 def test_narrow_kernel_shapes(cfg, dtype, layout, monkeypatch):
-    """The narrow kernel, forced (CONVT2D_KERNEL=narrow), runs and matches the float64
-    reference; every K split (CONVT2D_NW_WP = 8, 4, 2, 1 pixel warps) on NCHW."""
-    monkeypatch.setenv("CONVT2D_KERNEL", "narrow")
+    """The narrow kernel, forced (CONVT2D_ALGO=fwd:narrow_output), runs and matches the float64
+    reference; every K split (narrow_wp = 8, 4, 2, 1 pixel warps) on NCHW."""
     tf32 = dtype == "fp32-tf32"
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
           "fp32-tf32": torch.float32}[dtype]
     for wp in (["8", "4", "2", "1"] if layout == "nchw" else ["2"]):
-        monkeypatch.setenv("CONVT2D_NW_WP", wp)
+        _algo(monkeypatch, f"fwd:narrow_output,narrow_wp={wp}")
         x, w, b = cfg.make(dt, "cuda")
         if layout == "channels_last":
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
             names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
             assert any("narrow_fwd_kernel" in n for n in names), (cfg.id(), wp, names)
+            assert _ran("fwd") == "narrow_output", convt2d.last_algorithms()
             check(x, w, b, cfg.kwargs(), backward=False, what=f"narrow {layout} wp={wp} ")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_narrow_kernel_routing(dtype, monkeypatch):
     """A GAN RGB layer (64 -> 3, k4 s2 p1; 256 reduced channels per output) runs the narrow
-    kernel by default from NCHW x, in fp32 with TF32 on and off; CONVT2D_NARROW=0 turns it
-    off; dilation 2 at stride 1 (tap rows two apart) is declined, also when forced."""
+    kernel by default from NCHW x, in fp32 with TF32 on and off; forcing another algorithm
+    (CONVT2D_ALGO=fwd:direct) keeps it off; dilation 2 at stride 1 (tap rows two apart) is
+    declined, also when forced (fwd:narrow_output: the heuristic choice runs instead)."""
     cfg = Cfg(2, 64, 3, 9, 10, k=4, stride=2, padding=1, bias=True)
     for tf32 in ([True, False] if dtype == torch.float32 else [True]):
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
-            for env, want in [(None, True), ("0", False)]:
-                if env is None:
-                    monkeypatch.delenv("CONVT2D_NARROW", raising=False)
-                else:
-                    monkeypatch.setenv("CONVT2D_NARROW", env)
+            for spec, want in [(None, True), ("fwd:direct", False)]:
+                _algo(monkeypatch, spec)
                 x, w, b = cfg.make(dtype, "cuda")
                 names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
-                assert any("narrow_fwd_kernel" in n for n in names) == want, (env, names)
-                check(x, w, b, cfg.kwargs(), backward=False, what=f"narrow={env} ")
-    monkeypatch.delenv("CONVT2D_NARROW", raising=False)
-    monkeypatch.setenv("CONVT2D_KERNEL", "narrow")
+                assert any("narrow_fwd_kernel" in n for n in names) == want, (spec, names)
+                check(x, w, b, cfg.kwargs(), backward=False, what=f"{spec or 'default'} ")
+    _algo(monkeypatch, "fwd:narrow_output")
     dil = Cfg(2, 64, 3, 9, 10, k=3, stride=1, padding=2, dilation=2, bias=True)
     x, w, b = dil.make(dtype, "cuda")
     names = _kernel_names(lambda: convt2d.forward(x, w, b, **dil.kwargs()))
     assert not any("narrow_fwd_kernel" in n for n in names), names
+    assert _ran("fwd") != "narrow_output", convt2d.last_algorithms()
     check(x, w, b, dil.kwargs(), backward=False, what="narrow declined ")
 
 
@@ -1276,14 +1297,15 @@ _PATCH_CFGS = [
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-ieee"])
 @pytest.mark.parametrize("cfg", _PATCH_CFGS, ids=lambda c: c.id())
 def test_patch_gemm_kernel(cfg, dtype, monkeypatch):
-    """kernel == stride shapes run the patch GEMM (forced with CONVT2D_KERNEL=patch, which the
-    default also picks for compute-bound ones) and match the float64 reference; the
+    """kernel == stride shapes run the patch GEMM (forced with CONVT2D_ALGO=fwd:patch_gemm,
+    which the default also picks for compute-bound ones) and match the float64 reference; the
     backward (other kernels) too."""
-    monkeypatch.setenv("CONVT2D_KERNEL", "patch")
+    _algo(monkeypatch, "fwd:patch_gemm")
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
     x, w, b = cfg.make(dt, "cuda")
     names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
     assert any("patch_gemm_kernel" in n for n in names), (cfg.id(), names)
+    assert _ran("fwd") == "patch_gemm", convt2d.last_algorithms()
     flags = _tf32_off() if dtype == "fp32-ieee" else torch.backends.cudnn.flags(
         enabled=True, allow_tf32=True)
     with flags:
@@ -1295,7 +1317,7 @@ def test_patch_gemm_is_the_default_for_unet_like_shapes(dtype, monkeypatch):
     """U-Net's k=2 s=2 upsampling (NCHW) runs the patch GEMM by default; channels-last input
     and padding go elsewhere. An inf input pixel gives inf exactly where torch's does (the
     K tail is zero on both operands, never x * 0)."""
-    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
+    _algo(monkeypatch, None)
     cfg = Cfg(2, 96, 64, 12, 16, k=2, stride=2, bias=True)
     x, w, b = cfg.make(dtype, "cuda")
     names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
@@ -1354,10 +1376,11 @@ def _random_patch_cfgs(count, seed):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("cfg", _random_patch_cfgs(12, 2026), ids=lambda c: c.id())
 def test_patch_gemm_random_shapes(cfg, dtype, monkeypatch):
-    monkeypatch.setenv("CONVT2D_KERNEL", "patch")
+    _algo(monkeypatch, "fwd:patch_gemm")
     x, w, b = cfg.make(dtype, "cuda")
     names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
     assert any("patch_gemm_kernel" in n for n in names), (cfg.id(), names)
+    assert _ran("fwd") == "patch_gemm", convt2d.last_algorithms()
     check(x, w, b, cfg.kwargs(), backward=False, what="patch random ")
 
 
@@ -1387,8 +1410,7 @@ def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
     channels-last too; the gradients keep torch's layouts, which check() compares). A
     channels-last grad_output (as autograd gives for channels-last x) keeps the strided path,
     which reads it without a copy."""
-    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
-    monkeypatch.delenv("CONVT2D_BWD_GATHER", raising=False)
+    _algo(monkeypatch, None)
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
     x, w, b = cfg.make(dt, "cuda")
     if layout == "nhwc":
@@ -1416,7 +1438,7 @@ def test_tap_gather_declines_heavy_padding(monkeypatch):
     """k=2 s=2 with padding 3: the gathered tensor (H*W*kh*kw per channel) would be 4x
     grad_output (Ho*Wo), over the gather's 1.5x limit, so the strided path runs; the
     gradients are right either way."""
-    monkeypatch.delenv("CONVT2D_KERNEL", raising=False)
+    _algo(monkeypatch, None)
     cfg = Cfg(2, 16, 16, 6, 6, k=2, stride=2, padding=3)
     x, w, b = cfg.make(torch.bfloat16, "cuda")
     k = cfg.kwargs()
@@ -1436,3 +1458,93 @@ def test_grad_weight_many_output_channels(dtype):
     x, w, b = cfg.make(dtype, "cuda")
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
         check(x, w, b, cfg.kwargs(), what="65544 channels ")
+
+
+# ------------------------------------------------------------------- CONVT2D_ALGO overrides
+
+def test_algo_override_rejects_unknown_names(monkeypatch):
+    """An unknown algorithm or option in CONVT2D_ALGO is an error that names it (an unknown
+    algorithm's message lists the valid ones), never a silent fallback."""
+    cfg = Cfg(2, 16, 24, 7, 9, k=3, stride=2, padding=1)
+    x, w, b = cfg.make(torch.float32, "cuda")
+    _algo(monkeypatch, "fwd:nonsense")
+    with pytest.raises(RuntimeError) as e:
+        convt2d.forward(x, w, b, **cfg.kwargs())
+    assert "nonsense" in str(e.value) and "patch_gemm" in str(e.value), str(e.value)
+    _algo(monkeypatch, "warp=9")
+    with pytest.raises(RuntimeError) as e:
+        convt2d.forward(x, w, b, **cfg.kwargs())
+    assert "warp" in str(e.value), str(e.value)
+    _algo(monkeypatch, None)  # and the bad strings leave nothing behind
+    check(x, w, b, cfg.kwargs(), backward=False, what="after the bad overrides ")
+
+
+# Every algorithm of CONVT2D_ALGO forced on a shape it takes, in bf16 and in fp32 with TF32
+# allowed (the tensor-core direct kernel takes fp32 only with TF32), forward and backward
+# against the float64 reference; last_algorithms() says the forced algorithm ran. The Hopper
+# kernels (wgmma, warp-specialised, halo) are built for sm_90a only: elsewhere the planner
+# falls back to its heuristic choice, so the name is asserted on compute capability 9.0 only.
+_HOPPER_ONLY = {"implicit_gemm_wgmma", "implicit_gemm_wgmma_ws", "implicit_gemm_halo",
+                "wgmma_nchw"}
+_IGEMM_NAMES = ["implicit_gemm", "implicit_gemm_mma", "implicit_gemm_wgmma",
+                "implicit_gemm_wgmma_ws", "implicit_gemm_halo", "implicit_gemm_simt"]
+_IGEMM_CFG = Cfg(2, 64, 128, 9, 17, k=3, stride=2, padding=1)
+_DIRECT_FORCED_CFG = Cfg(2, 32, 64, 9, 13, k=3, stride=5, padding=1, dilation=2)
+_FWD_FORCED = [
+    ("narrow_output", Cfg(2, 64, 3, 9, 10, k=4, stride=2, padding=1)),
+    ("direct", _DIRECT_FORCED_CFG),
+    ("direct_tensorop", _DIRECT_FORCED_CFG),
+    ("direct_simt", _DIRECT_FORCED_CFG),
+    ("patch_gemm", Cfg(2, 64, 32, 8, 16, k=2, stride=2, bias=True)),
+] + [(name, _IGEMM_CFG) for name in _IGEMM_NAMES]
+# grad_input at stride 1: the halo kernel takes grad_input GEMMs with stride 1 along x only.
+_DGRAD_FORCED_CFG = Cfg(2, 64, 128, 9, 17, k=3, padding=1)
+_WGRAD_FORCED = [("tensorop", torch.bfloat16), ("tensorop", torch.float32),
+                 ("simt", torch.bfloat16), ("simt", torch.float32),
+                 ("wgmma_nchw", torch.float32)]  # fp32 only
+
+
+def _assert_ran(pass_, name):
+    """last_algorithms()[pass_] is `name` (the forced algorithm; "implicit_gemm" is recorded
+    as "implicit_gemm", not as the kernel its launcher picked); Hopper-only names on 9.0 only."""
+    if name in _HOPPER_ONLY and torch.cuda.get_device_capability() != (9, 0):
+        return
+    assert _ran(pass_) == name, (pass_, name, convt2d.last_algorithms())
+
+
+def _backward_here(cfg, x, w, mask):
+    """torch.ops.convt2d.backward of only the gradients in `mask`, so that last_algorithms()
+    shows that call's choices."""
+    k = cfg.kwargs()
+    gy = torch.randn(cfg.out_shape(), device="cuda").to(x.dtype)
+    return torch.ops.convt2d.backward(gy, x, w, list(k["stride"]), list(k["padding"]),
+                                      list(k["output_padding"]), k["groups"],
+                                      list(k["dilation"]), mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("name,cfg", _FWD_FORCED, ids=[n for n, _ in _FWD_FORCED])
+def test_every_forward_algorithm_forced(name, cfg, dtype, monkeypatch):
+    _algo(monkeypatch, f"fwd:{name}")
+    x, w, b = cfg.make(dtype, "cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        check(x, w, b, cfg.kwargs(), what=f"fwd:{name} ")
+    _assert_ran("fwd", name)
+
+
+_BWD_FORCED = ([("dgrad", n, d, _DGRAD_FORCED_CFG, [True, False, False])
+                for n in _IGEMM_NAMES for d in (torch.bfloat16, torch.float32)] +
+               [("wgrad", n, d, _IGEMM_CFG, [False, True, False]) for n, d in _WGRAD_FORCED])
+
+
+@pytest.mark.parametrize("pass_,name,dtype,cfg,mask", _BWD_FORCED,
+                         ids=[f"{p}:{n}-{str(d).replace('torch.', '')}"
+                              for p, n, d, _, _ in _BWD_FORCED])
+def test_every_backward_algorithm_forced(pass_, name, dtype, cfg, mask, monkeypatch):
+    _algo(monkeypatch, f"{pass_}:{name},bwd:strided")
+    x, w, b = cfg.make(dtype, "cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        check(x, w, b, cfg.kwargs(), what=f"{pass_}:{name} ")
+        _backward_here(cfg, x, w, mask)
+    _assert_ran(pass_, name)
+    assert _ran("bwd") == "strided", convt2d.last_algorithms()

@@ -2,8 +2,8 @@
 // torch::autograd::Function whose backward calls convt2d::backward with the mask of the
 // gradients autograd asks for. It replaced a Python torch.library.register_autograd
 // registration whose per-call host cost, through the Python custom-op machinery, was about
-// 0.27 ms more than torch's own forward + backward (H100 host, dcgan-like bf16; perf-log,
-// "host overhead" after v17): on small layers that cost more than the GPU saved.
+// 0.27 ms more than torch's own forward + backward (H100 host, bf16, a k=4 stride-2 layer,
+// 256 -> 128 channels, 16x16 input): on small layers that cost more than the GPU saved.
 // Fake (meta) kernels stay in Python (python/convt2d/_ops.py).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>

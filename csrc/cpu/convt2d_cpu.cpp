@@ -41,6 +41,7 @@
 //
 // Debug/tuning knobs (environment): CONVT2D_CPU_BASELINE=1 forces the
 // baseline-ISA kernels; CONVT2D_CPU_CFG=<0..4> forces a block shape.
+#include "common/algo.h"
 #include "glue.h"
 
 #include <ATen/Dispatch.h>
@@ -76,11 +77,11 @@ namespace {
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
 #define CT_X86 1
 #define CT_AVX2 __attribute__((target("avx2,fma")))
-// CONVT2D_CPU_BASELINE=1 forces the baseline-ISA kernels (for testing them).
+// The AVX2 kernels where the CPU has AVX2 + FMA, unless CONVT2D_ALGO=cpu:baseline forces
+// the baseline-ISA ones (tests).
 static bool cpu_has_avx2() {
-  static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                        std::getenv("CONVT2D_CPU_BASELINE") == nullptr;
-  return v;
+  static const bool v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return v && algo_override().get(Pass::kCpu) != Algo::kCpuBaseline;
 }
 #else
 #define CT_X86 0
@@ -212,12 +213,7 @@ struct RowShape { int64_t width, interior, boundary; double weight; };
 
 // The block shape that wastes least on padding (lanes past C, positions past
 // the width, rows past a group), preferring fewer loads per FMA.
-// (CONVT2D_CPU_CFG=<index into kCfgs> overrides the choice: for tuning.)
 inline int pick_cfg(int64_t C, const std::vector<RowShape>& segs, int L) {
-  if (const char* e = std::getenv("CONVT2D_CPU_CFG")) {
-    const int i = std::atoi(e);
-    if (i >= 0 && i < kNumCfg) return i;
-  }
   // Measured preferences (AVX2): 12 broadcasts per load is slowest; row
   // groups cost a little more than one wide row (more streams).
   const double pref[kNumCfg] = {0.80, 0.95, 1.0, 0.90, 0.92};

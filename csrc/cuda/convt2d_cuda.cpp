@@ -1,13 +1,16 @@
-// CUDA op glue: validation, device guard, allocation, weight packing and the
-// choice of kernel. Kernels (in *.cu) only see the plain structs of common/kernels.h.
+// CUDA op glue: validation, device guard, allocation, weight packing, autotune, and
+// running what the planner (planner.cpp) chose. Kernels (in *.cu) only see the plain
+// structs of common/kernels.h.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Logging.h>
 #include <torch/library.h>
 
+#include "common/algo.h"
 #include "common/tuning.h"
 #include "cuda/common/kernels.h"
+#include "cuda/planner.h"
 #include "glue.h"
 
 #include <algorithm>
@@ -67,18 +70,17 @@ bool is_sm80_plus() { return at::cuda::getCurrentDeviceProperties()->major >= 8;
 int64_t chunk_elems(DType dt) { return dt == DType::kFloat ? 4 : 8; }
 
 // Weight [G*Cig, Cog, kh, kw] permuted to [G][kh][kw][a][b] (contiguous).
-// The GEMM's B is [n][k] for the tensor-core v2 kernel (K-major) and [k][n]
-// for v1; forward has (k, n) = (Cig, Cog), grad_input (Cog, Cig).
+// The GEMM's B is [n][k] for the tensor-core implicit GEMM (K-major) and [k][n]
+// for the CUDA-core implicit GEMM; forward has (k, n) = (Cig, Cog), grad_input (Cog, Cig).
 at::Tensor pack_weight(const at::Tensor& w, const Problem& p, bool dgrad, bool k_major) {
   auto v = w.view({p.groups, p.cin_g(), p.cout_g(), p.kh, p.kw});  // [G][ci][co][ky][kx]
   const bool ci_last = dgrad != k_major;  // forward K = ci; dgrad K = co
   // The forward layout [G][ci][co][t] -> [G][t][co][ci] by one tiled kernel: torch's
-  // generic permute copy took 11 us on vae's 2.4 MB bf16 weight (forward 0.135 -> 0.132 ms
-  // with the kernel). The other layout, [G][t][ci*co], a plain transpose, stays on torch's
-  // copy: the kernel (B = 1) measured slower there (vae bf16 grad_input 0.101 -> 0.111 ms).
-  // CONVT2D_TORCH_PACK=1: torch's copy for both (A/B).
-  const char* tp = std::getenv("CONVT2D_TORCH_PACK");
-  if (ci_last && !(tp && tp[0] == '1') && w.is_contiguous() &&
+  // generic permute copy took 11 us on the 2.4 MB bf16 weight of a batch-1 512 -> 256, k=3
+  // layer (forward 0.135 -> 0.132 ms with the kernel). The other layout, [G][t][ci*co], a
+  // plain transpose, stays on torch's copy: the kernel (B = 1) measured slower there (same
+  // layer, bf16 grad_input 0.101 -> 0.111 ms).
+  if (ci_last && w.is_contiguous() &&
       (w.element_size() == 2 || w.element_size() == 4)) {
     auto out = at::empty({p.groups, p.kh, p.kw, p.cout_g(), p.cin_g()}, w.options());
     const cudaError_t e = cuda::launch_reverse3(w.data_ptr(), out.data_ptr(), p.groups,
@@ -104,18 +106,6 @@ at::Tensor to_channels_last(const at::Tensor& t, cudaStream_t st) {
   return out;
 }
 
-// The narrow kernel's routing bound: reduced channels per output (Cin/groups x taps per
-// phase) from which it runs for 1..8 outputs per group (forward/narrow_output.cu). It beat the direct
-// kernels and the GEMM on all 13 shapes measured, down to 18 reduced channels per
-// output (perf-log v14); below that (output-write-bound) it is unmeasured.
-constexpr double kNarrowMinK = 16;
-
-// Kernel override for A/B timing: CONVT2D_KERNEL = tc | v1 | direct | patch | narrow.
-const char* kernel_override() {
-  const char* e = std::getenv("CONVT2D_KERNEL");
-  return e ? e : "";
-}
-
 // ---- autotuning (torch.backends.cudnn.benchmark = True) ---------------------------
 // Like cuDNN's algorithm search: the first call of a problem times every candidate
 // kernel choice, the heuristics' own choice among them, and caches the outcome per
@@ -126,8 +116,10 @@ const char* kernel_override() {
 // kept in the record, convt2d.tuning_log()), and where every candidate fails, or none
 // beats the heuristics' choice by more than the timing noise, the heuristics' choice
 // (tuning::kHeuristic) is what is cached.
-// Off unless cudnn.benchmark is set, and off under a CONVT2D_KERNEL override.
-bool autotune_on() { return at::globalContext().benchmarkCuDNN() && !*kernel_override(); }
+// Off unless cudnn.benchmark is set, and off while CONVT2D_ALGO forces choices.
+bool autotune_on() {
+  return at::globalContext().benchmarkCuDNN() && !algo_override().active;
+}
 
 std::string tune_key(const char* op, const Problem& p, DType dt, MathMode math,
                      const at::Tensor& x, const at::Tensor& w, bool bias) {
@@ -149,11 +141,18 @@ std::string tune_key(const char* op, const Problem& p, DType dt, MathMode math,
 }
 
 // One autotune candidate: an id the caller's run() understands (tuning::kHeuristic: the
-// heuristics' choice) and a name for the record.
+// planner's choice) and its name for the record (an algorithm's name, common/algo.h).
 struct Candidate {
   int id;
   const char* name;
 };
+
+// The candidates for algorithms `algos`, after the planner's own choice.
+std::vector<Candidate> candidates(const std::vector<Algo>& algos) {
+  std::vector<Candidate> c{{tuning::kHeuristic, "heuristic"}};
+  for (Algo a : algos) c.push_back({int(a), algo_name(a)});
+  return c;
+}
 
 // Median time of candidate c in ms, as a training step sees it: per run the larger of
 // its GPU time (CUDA events) and its host time (launch work, allocation), with L2
@@ -288,11 +287,12 @@ int autotune(const std::string& key, const std::vector<Candidate>& cands,
   return best;
 }
 
-// One implicit GEMM (forward per phase, or grad_input): the tensor-core v2
-// kernel when the operands allow it (source read channels-last), else v1.
+// One implicit GEMM (forward per phase, or grad_input) as algorithm `algo` (one of
+// Algo::kImplicitGemm*): the tensor-core kernels when the operands allow it (source read
+// channels-last), else (and for kImplicitGemmSimt) the CUDA-core kernel.
 void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& dst,
                const at::Tensor& weight, const at::Tensor& bias, const Problem& p, DType dt,
-               MathMode math, cudaStream_t st, int ws = -1) {
+               MathMode math, cudaStream_t st, Algo algo, const Variant& var) {
   const bool sm80 = is_sm80_plus();
   const bool fwd = mode == cuda::IgemmMode::kForward;
   cuda::IgemmParams prm;
@@ -316,18 +316,18 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
     mq_y = p.H; mq_x = p.W;
   }
   prm.max_m = p.N * mq_y * mq_x;
-  prm.ws = ws;
+  prm.ws = cuda::igemm_kernel_select(algo);
+  prm.var = var;
   cuda::fill_phase_geo(prm);
 
-  const bool want_v2 = sm80 && dt != DType::kDouble &&
-                       std::strcmp(kernel_override(), "v1") != 0;
-  // The v2 kernel needs whole 16-byte chunks of channels: check that before
+  const bool want_v2 = sm80 && dt != DType::kDouble && algo != Algo::kImplicitGemmSimt;
+  // The tensor-core implicit GEMM needs whole 16-byte chunks of channels: check that before
   // paying for the channels-last copy (tc_igemm_supported checks the rest).
   const int64_t chunk = chunk_elems(dt);
   if (want_v2 && prm.Kc % chunk == 0) {
     // Forward, fp32 with TF32 off, NCHW x: the channels-last copy is left to the kernels
     // (prm.src_nchw): the 3xFP16 halo kernel reads NCHW x itself where it can, every other
-    // path fills the copy first (perf-log v18).
+    // path fills the copy first.
     const bool defer = fwd && dt == DType::kFloat && math == MathMode::kIEEE &&
                        src.is_contiguous() && !src.is_contiguous(at::MemoryFormat::ChannelsLast) &&
                        src.size(0) <= 65535 && src.size(1) <= 65535 * 64;
@@ -402,6 +402,17 @@ void run_wgrad_v1(cuda::WgradParams& prm, const at::Tensor& input, const at::Ten
   check_launch(cuda::launch_wgrad(prm, dt, math, st), "grad_weight");
 }
 
+// The planner's query for a call: problem, number format, device, layouts.
+cuda::Query make_query(const Problem& p, DType dt, MathMode math) {
+  cuda::Query q;
+  q.p = p;
+  q.dt = dt;
+  q.math = math;
+  q.sm80 = is_sm80_plus();
+  q.wgmma = cuda::wgmma_device();
+  return q;
+}
+
 at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
                         const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
                         at::IntArrayRef padding, at::IntArrayRef output_padding,
@@ -418,6 +429,11 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   at::Tensor b;
   if (bias.has_value() && bias->defined()) b = bias->contiguous();
   cudaStream_t st = at::cuda::getCurrentCUDAStream();
+  const AlgoOverride& ov = algo_override();
+  cuda::Query q = make_query(p, dt, math);
+  q.x_nchw = input.is_contiguous();
+  q.x_unit_w = input.stride(3) == 1;
+  q.out_nchw = out.is_contiguous();
 
   // The direct and narrow kernels' parameters for the contiguous weight w (kept alive by
   // the caller).
@@ -428,13 +444,17 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     prm.out = ref(out);
     prm.w = w.data_ptr();
     prm.bias = b.defined() ? b.data_ptr() : nullptr;
+    prm.var = ov.var;
     return prm;
   };
-  auto run_direct = [&] {
+  // The direct forward; tensor_cores: its tensor-core kernel where it takes the shape
+  // (direct_tc_channels), else the CUDA-core ones.
+  auto run_direct = [&](bool tensor_cores) {
     auto w = weight.contiguous();
     cuda::DirectParams prm = direct_params(w);
     at::Tensor wpk;
-    if (const int kc = cuda::direct_tc_channels(p, dt, math)) {
+    const int kc = tensor_cores ? cuda::direct_tc_channels(p, dt, math, ov.var.direct_nt) : 0;
+    if (kc > 0) {
       // [G][Cig][Cog][kk] -> [G][Cog/kc][kk][Cig/ke][kc][ke], both channel counts zero
       // padded; ke = channels per 16 bytes (8 for 16-bit, 4 for fp32 with TF32 allowed)
       const int64_t G = p.groups, cig = p.cin_g(), cog = p.cout_g(), kk = p.kh * p.kw;
@@ -448,8 +468,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     }
     check_launch(cuda::launch_direct_forward(prm, dt, st), "direct forward");
   };
-  // 1..8 outputs per group with many reduced channels per output (a GAN's RGB layer):
-  // the narrow CUDA-core kernel (forward/narrow_output.cu). false: not taken, nothing launched.
+  // false: the launcher declined (nothing launched).
   auto run_narrow = [&]() -> bool {
     auto w = weight.contiguous();
     const cuda::DirectParams prm = direct_params(w);
@@ -457,8 +476,6 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     check_launch(cuda::launch_narrow_forward(prm, dt, st, launched), "narrow forward");
     return launched;
   };
-  // kernel == stride (no padding, dilation 1): one GEMM per (n, group) straight from NCHW,
-  // pixel-shuffled in the epilogue (forward/patch_gemm.cu). false: not taken, nothing launched.
   auto run_patch = [&]() -> bool {
     auto w = weight.contiguous();
     cuda::PatchParams pp;
@@ -471,80 +488,40 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     check_launch(cuda::launch_patch_gemm(pp, dt, math, st, launched), "patch GEMM forward");
     return launched;
   };
-  const bool patch_ok = is_sm80_plus() && dt != DType::kDouble && input.is_contiguous() &&
-                        out.is_contiguous() && cuda::patch_gemm_supported(p, dt);
-  const bool direct_ok = cuda::direct_forward_fits(p, dt) && dt != DType::kDouble;
-  const bool narrow_ok = cuda::narrow_forward_supported(p, dt);  // checks the dtype
-  // The heuristics' choice.
-  auto run_heuristic = [&]() {
-    // Memory-bound shapes (few reduced channels per output, or few outputs per
-    // group) go to the direct kernel; the rest are implicit GEMMs. 8 to 31 outputs per
-    // group with 256 or more reduced channels per output are compute-bound: the
-    // implicit GEMM measured faster there despite its narrow N (off-suite, perf-log
-    // v13: Cin 128 -> Cout 24 k3 s2 fp32 0.175 -> 0.037 ms, 64 -> 8 k4 s2 0.068 ->
-    // 0.046; a stride-1 Cin 32 -> 16 k3 at 288 lost 0.029 -> 0.033). Below 8 outputs
-    // (a GAN's RGB layer) the GEMM's 3xTF32 variant lost badly (64 -> 3 k4 s2 with TF32
-    // off 0.222 -> 0.530 ms), so those stay direct (the narrow kernel above takes 1..8
-    // outputs per group first where it applies). Only where the tensor-core GEMM
-    // takes the channels (whole 16-byte chunks).
-    const double k_per_output = double(p.cin_g() * p.kh * p.kw) / double(p.sh * p.sw);
-    const char* ko = kernel_override();
-    // 1..8 outputs per group with >= kNarrowMinK reduced channels per output and x rows
-    // contiguous (its loads run along W): the narrow kernel (CONVT2D_NARROW=0: never).
-    const char* nw_env = std::getenv("CONVT2D_NARROW");
-    const bool narrow_default = !*ko && (nw_env == nullptr || nw_env[0] != '0') &&
-                                p.cout_g() <= 8 && k_per_output >= kNarrowMinK &&
-                                input.stride(3) == 1;
-    if (narrow_ok && (narrow_default || std::strcmp(ko, "narrow") == 0) && run_narrow())
-      return;
-    const bool tc_gemm = dt != DType::kDouble && p.cin_g() % chunk_elems(dt) == 0;
-    const bool gemm_ok = tc_gemm && p.cout_g() >= 8 && k_per_output >= 256;
-    bool memory_bound = (p.cout_g() < 32 && !gemm_ok) || k_per_output < 64 || !is_sm80_plus();
-    if (std::strcmp(ko, "direct") == 0) memory_bound = true;
-    if (std::strcmp(ko, "patch") == 0) memory_bound = false;
-    if (std::strcmp(ko, "tc") == 0 || std::strcmp(ko, "v1") == 0) memory_bound = false;
-    if (memory_bound && direct_ok) {
-      run_direct();
-      return;
+  // Runs algorithm a; false where its launcher declined.
+  auto run_algo = [&](Algo a) -> bool {
+    switch (a) {
+      case Algo::kNarrowOutput: return run_narrow();
+      case Algo::kPatchGemm: return run_patch();
+      case Algo::kDirect:
+      case Algo::kDirectTensorOp: run_direct(true); return true;
+      case Algo::kDirectSimt: run_direct(false); return true;
+      default:
+        run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st, a, ov.var);
+        return true;
     }
-    // Compute-bound kernel == stride shapes (U-Net's k=2 s=2): the patch GEMM, unless an
-    // override names another kernel (CONVT2D_KERNEL=tc: the per-phase implicit GEMM). Not
-    // by default for fp32 with TF32 off: its 3xTF32 variant (one block per SM) measured
-    // slower than the halo kernel's (unet 0.71 vs 0.69 ms).
-    const bool patch_default = !*ko && math != MathMode::kIEEE;
-    if (patch_ok && (patch_default || std::strcmp(ko, "patch") == 0) && run_patch()) return;
-    run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st);
   };
-
-  if (autotune_on()) {
-    // The direct kernel; the implicit GEMM (igemm: on Hopper its two-block kernel, elsewhere
-    // the mma.sync one), on the Hopper warp-specialised kernel (igemm_ws, tested for
-    // Cout/groups >= 64) or on the Hopper halo kernel (igemm_halo; where either does not
-    // apply, what the launcher picks); the patch GEMM (kernel == stride, NCHW); the narrow
-    // kernel (1..8 outputs per group).
-    std::vector<Candidate> cands{{tuning::kHeuristic, "heuristic"}};
-    if (patch_ok) cands.push_back({4, "patch_gemm"});
-    if (narrow_ok) cands.push_back({5, "narrow"});
-    if (direct_ok) cands.push_back({0, "direct"});
-    if (is_sm80_plus() && dt != DType::kDouble) {
-      cands.push_back({1, "igemm"});
-      if (p.cout_g() >= 64) {
-        cands.push_back({2, "igemm_ws"});
-        cands.push_back({3, "igemm_halo"});
+  // The plan's algorithms in order until one launches (its last never declines).
+  auto run_plan = [&](const std::vector<Algo>& plan) {
+    for (Algo a : plan) {
+      if (run_algo(a)) {
+        record_algorithm(Pass::kForward, a);
+        return;
       }
     }
+  };
+
+  const std::vector<Algo> plan = cuda::plan_forward(q, ov.get(Pass::kForward));
+  if (autotune_on()) {
     auto run = [&](int c) {
-      if (c == tuning::kHeuristic) run_heuristic();
-      else if (c == 0) run_direct();
-      else if (c == 4 && run_patch()) return;
-      else if (c == 5 && run_narrow()) return;
-      else run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st,
-                     c >= 4 ? -1 : c - 1);
+      if (c == tuning::kHeuristic) run_plan(plan);
+      else run_plan({Algo(c), Algo::kImplicitGemm});
     };
-    run(autotune(tune_key("fwd", p, dt, math, input, weight, b.defined()), cands, run, st));
+    run(autotune(tune_key("fwd", p, dt, math, input, weight, b.defined()),
+                 candidates(cuda::forward_candidates(q)), run, st));
     return out;
   }
-  run_heuristic();
+  run_plan(plan);
   return out;
 }
 
@@ -562,45 +539,49 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   cudaStream_t st = at::cuda::getCurrentCUDAStream();
   at::Tensor gi = not_requested(input), gw = not_requested(input), gb = not_requested(input);
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const AlgoOverride& ov = algo_override();
 
-  const int64_t chunk = chunk_elems(dt);
   const auto gi_format = suggest_memory_format(input, weight);
+  // The planner's query for problem pp with grad_output go (the strided problem, or the 1x1
+  // problem of the tap gather).
+  auto query = [&](const Problem& pp, const at::Tensor& go) {
+    cuda::Query q = make_query(pp, dt, math);
+    q.x_nchw = input.is_contiguous();
+    q.x_unit_w = input.stride(3) == 1;
+    q.go_nchw = go.is_contiguous();
+    q.go_unit_w = go.stride(3) == 1;
+    q.want_gi = output_mask[0];
+    q.want_gw = output_mask[1];
+    return q;
+  };
   // gi and gw (its layout set at the end) for the problem p (the lambda's own, which
   // hides the caller's) from grad_output go (NCHW or channels-last) and the weight wv
   // ([Cin][Cog][kh][kw] of that problem).
   auto grads = [&](const at::Tensor& go, const at::Tensor& wv, const Problem& p) {
-    // grad_weight on tensor cores reads x and go channels-last; the
-    // channels-last go is shared with grad_input (which reads it so too).
-    const bool tc_wgrad = output_mask[1] && p.N > 0 && is_sm80_plus() && dt != DType::kDouble &&
-                          std::strcmp(kernel_override(), "v1") != 0 && p.cin_g() % chunk == 0 &&
-                          p.cout_g() % chunk == 0 && input.numel() > 0;
-    // fp32 grad_weight from the NCHW tensors themselves on Hopper wgmma (grad_weight/wgrad_nchw_sm90.cu):
-    // taken for IEEE fp32 (3xTF32) where it applies; CONVT2D_WGRAD_KM=1 / 0: also for TF32
-    // / never (A/B).
-    const char* km_env = std::getenv("CONVT2D_WGRAD_KM");
-    // (At least 32 channels per group on both sides: its tiles are 64 x 64 channels.)
-    const bool km = tc_wgrad && dt == DType::kFloat && p.cin_g() >= 32 && p.cout_g() >= 32 &&
-                    (math == MathMode::kIEEE ? !(km_env && km_env[0] == '0')
-                                             : (km_env && km_env[0] == '1')) &&
-                    input.stride(3) == 1 && go.stride(3) == 1 && cuda::wgmma_device();
+    const cuda::Query q = query(p, go);
+    const Algo wgrad = output_mask[1] && p.N > 0
+                           ? cuda::plan_grad_weight(q, ov.get(Pass::kGradWeight))
+                           : Algo::kNone;
+    // grad_weight on tensor cores reads go channels-last, and the channels-last go is shared
+    // with grad_input (which reads it so too); the NCHW grad_weight kernel reads go as it is.
+    const bool km = wgrad == Algo::kWgradWgmmaNchw;
+    const bool tc_wgrad = km || wgrad == Algo::kWgradTensorOp;
     const at::Tensor gout = tc_wgrad && !(km && !output_mask[0]) ? to_channels_last(go, st) : go;
 
     if (output_mask[0]) {
       gi = at::empty(input.sizes(), input.options().memory_format(gi_format));
       if (gi.numel() > 0) {
-        int ws = -1;
-        if (autotune_on() && is_sm80_plus() && dt != DType::kDouble && p.cin_g() >= 64) {
-          auto run = [&](int c) {
-            run_igemm(cuda::IgemmMode::kDgrad, gout, gi, wv, at::Tensor(), p, dt, math, st, c);
-          };
-          // The launcher's choice (heuristic) or one of its implicit-GEMM kernels
-          // (cuda::IgemmParams::ws).
-          ws = autotune(tune_key("dgrad", p, dt, math, go, weight, false),
-                        {{tuning::kHeuristic, "heuristic"}, {0, "igemm"}, {1, "igemm_ws"},
-                         {2, "igemm_halo"}},
-                        run, st);
-        }
-        run_igemm(cuda::IgemmMode::kDgrad, gout, gi, wv, at::Tensor(), p, dt, math, st, ws);
+        const Algo dgrad = cuda::plan_grad_input(q, ov.get(Pass::kGradInput));
+        auto run = [&](int c) {
+          run_igemm(cuda::IgemmMode::kDgrad, gout, gi, wv, at::Tensor(), p, dt, math, st,
+                    c == tuning::kHeuristic ? dgrad : Algo(c), ov.var);
+        };
+        int c = tuning::kHeuristic;
+        if (autotune_on())
+          c = autotune(tune_key("dgrad", p, dt, math, go, weight, false),
+                       candidates(cuda::grad_input_candidates(q)), run, st);
+        run(c);
+        record_algorithm(Pass::kGradInput, c == tuning::kHeuristic ? dgrad : Algo(c));
       }
     }
     if (output_mask[1]) {
@@ -611,7 +592,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         cuda::WgradParams prm;
         prm.p = p;
         prm.gw = gw.data_ptr();
-        bool done = false;
+        prm.var = ov.var;
+        Algo ran = Algo::kNone;
         if (km) {
           // TMA needs 16-byte row strides: rows whose width is not a multiple of 4 floats
           // are copied into a padded buffer first.
@@ -656,19 +638,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
             auto ws = at::empty({plan.ws_elems}, input.options().dtype(at::kFloat));
             prm.workspace = ws.data_ptr();
             check_launch(cuda::launch_tc_wgrad_km(prm, math, st), "grad_weight (wgmma, NCHW)");
-            done = true;
+            ran = Algo::kWgradWgmmaNchw;
           }
         }
-        if (tc_wgrad && !done) {
-          // NCHW x read as it is (K-major tiles, no channels-last copy) where that measured
-          // faster: 1x1 problems (the tap gather's: unet bf16 grad_weight 0.156 -> 0.137 ms)
-          // and few channels per group (seedD, 8: 0.583 -> 0.537). On seedA / seedB / dcgan
-          // / vae the K-major kernel lost more than the copy costs (seedA bf16 2.08 -> 2.20
-          // ms), so x is copied channels-last there. CONVT2D_WGRAD_XCOPY=1 / 0: always /
-          // never copy (A/B).
-          const char* xc = std::getenv("CONVT2D_WGRAD_XCOPY");
-          const bool xn_pref = xc && *xc ? xc[0] == '0' : p.kh * p.kw == 1 || p.cin_g() < 32;
-          prm.x_nchw = xn_pref && input.is_contiguous() && (p.H * p.W) % chunk == 0;
+        if (tc_wgrad && ran == Algo::kNone) {
+          prm.x_nchw = cuda::grad_weight_reads_nchw_x(q, ov.var);
           // (gout is NCHW here only when km was expected to take grad_weight and did not.)
           const at::Tensor gcl = gout.is_same(go) && !go.is_contiguous(at::MemoryFormat::ChannelsLast)
                                      ? to_channels_last(go, st)
@@ -681,7 +655,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
           if (cuda::tc_wgrad_supported(prm, dt)) {
             auto run = [&](int tile) {
               const cuda::TcWgradPlan plan = cuda::tc_wgrad_plan(p, dt, math, sms, tile,
-                                                                 prm.x_nchw);
+                                                                 prm.x_nchw, ov.var.wgrad_tile);
               prm.tile = tile;
               prm.splits = plan.splits;
               prm.k_per_split = plan.k_per_split;
@@ -691,47 +665,39 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
             };
             int tile = -1;
             if (autotune_on() && math != MathMode::kIEEE) {
-              // The heuristics' choice (the wgmma kernel where it applies) or one of
-              // the numbered mma.sync tiles.
-              static const char* const names[] = {"tc_wgrad_tile0", "tc_wgrad_tile1",
-                                                  "tc_wgrad_tile2", "tc_wgrad_tile3",
-                                                  "tc_wgrad_tile4", "tc_wgrad_tile5",
-                                                  "tc_wgrad_tile6", "tc_wgrad_tile7"};
-              static_assert(cuda::kTcWgradTiles <= 8, "name the new tiles");
+              // The heuristics' choice (the wgmma tiles where they apply) or one of the
+              // mma.sync tiles, named as the override names them (kWgradTileNames).
+              static_assert(cuda::kTcWgradTiles <= kWgradTileCount, "tile names");
+              static const std::vector<std::string> names = [] {
+                std::vector<std::string> n;
+                for (int t = 0; t < cuda::kTcWgradTiles; ++t)
+                  n.push_back(std::string("tensorop:") + kWgradTileNames[t]);
+                return n;
+              }();
               std::vector<Candidate> tiles{{tuning::kHeuristic, "heuristic"}};
-              for (int t = 0; t < cuda::kTcWgradTiles; ++t) tiles.push_back({t, names[t]});
+              for (int t = 0; t < cuda::kTcWgradTiles; ++t) tiles.push_back({t, names[t].c_str()});
               tile = autotune(tune_key("wgrad", p, dt, math, input, weight, false), tiles, run, st);
             }
             run(tile);
-            done = true;
+            ran = Algo::kWgradTensorOp;
           }
         }
-        if (!done) run_wgrad_v1(prm, input, go, dt, math, sms, st);
+        if (ran == Algo::kNone) {
+          run_wgrad_v1(prm, input, go, dt, math, sms, st);
+          ran = Algo::kWgradSimt;
+        }
+        record_algorithm(Pass::kGradWeight, ran);
       }
     }
   };
 
-  // No more taps than stride phases (kh*kw <= sh*sw: seedC's k=3 d=2 s=5, U-Net's k=2 s=2),
-  // and at most 1.5x as many gathered elements as grad_output has (heavy padding can make
-  // it many times more; a little over 1x, from cropped edge taps, still gains);
-  // strides, paddings, dilations below 2^20 and kernel sizes below 2^10 (the gather kernel
-  // keeps them in 32-bit ints): grad_output's tap gather (common/layout_kernels.cu; channels-last) makes
-  // both gradients 1x1 problems over Cout*kh*kw channels, with the weight viewed as
-  // [Cin][Cog*kh*kw][1][1]. It replaces the channels-last copy of all of grad_output that
-  // the strided problem reads only kh*kw/(sh*sw) of. CONVT2D_BWD_GATHER=0: off (A/B).
-  const char* ge = std::getenv("CONVT2D_BWD_GATHER");
+  // The backward transform (planner): grad_output gathered per tap (common/layout_kernels.cu,
+  // channels-last) makes both gradients 1x1 problems over Cout*kh*kw channels, with the
+  // weight viewed as [Cin][Cog*kh*kw][1][1].
   const int64_t kk = p.kh * p.kw;
-  const bool gather = (output_mask[0] || output_mask[1]) && !(ge && ge[0] == '0') &&
-                      is_sm80_plus() && dt != DType::kDouble &&
-                      std::strcmp(kernel_override(), "v1") != 0 && kk <= p.sh * p.sw &&
-                      2 * p.H * p.W * kk <= 3 * p.Ho * p.Wo && p.sh < (1 << 20) && p.sw < (1 << 20) &&
-                      p.ph < (1 << 20) && p.pw < (1 << 20) && p.dh < (1 << 20) &&
-                      p.dw < (1 << 20) && p.kh < (1 << 10) && p.kw < (1 << 10) &&
-                      p.sh * p.sw > 1 && (p.Cout * kk) % 4 == 0 && p.N <= 65535 &&
-                      grad_output.is_contiguous() && input.numel() > 0 && p.cin_g() % chunk == 0 &&
-                      (p.cout_g() * kk) % chunk == 0;
   bool gathered = false;
-  if (gather) {
+  if (cuda::plan_backward_transform(query(p, grad_output), ov.get(Pass::kBackward)) ==
+      Algo::kTapGather) {
     Problem p1 = p;
     p1.Cout = p.Cout * kk;
     p1.Ho = p.H; p1.Wo = p.W;
@@ -749,6 +715,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     }
   }
   if (!gathered) grads(grad_output, weight, p);
+  record_algorithm(Pass::kBackward, gathered ? Algo::kTapGather : Algo::kStrided);
   if (output_mask[1]) gw = gw.contiguous(weight.suggest_memory_format());
   if (output_mask[2]) {
     gb = grad_output.sum({0, 2, 3});  // one bandwidth-bound pass, fp32 accumulation

@@ -21,7 +21,7 @@ try:
 except (ImportError, OSError) as _e:
     raise _build_check.load_error(_e, _build_check.build_info()) from _e
 from . import _ops  # noqa: F401  (autograd and fake kernels)
-from ._info import clear_tuning_cache, info, tuning_log
+from ._info import clear_tuning_cache, info, last_algorithms, tuning_log
 from .functional import conv_transpose2d, forward
 from .modules import ConvTranspose2d, convert
 
@@ -34,4 +34,4 @@ def cuda_available() -> bool:
 
 
 __all__ = ["forward", "conv_transpose2d", "ConvTranspose2d", "convert", "cuda_available", "info",
-           "tuning_log", "clear_tuning_cache"]
+           "tuning_log", "clear_tuning_cache", "last_algorithms"]

@@ -34,6 +34,16 @@ def clear_tuning_cache() -> None:
     _C._tuning_reset()
 
 
+def last_algorithms() -> Dict[str, str]:
+    """The algorithm the planner ran for each pass in the process's latest call of it:
+    ``{"fwd": ..., "dgrad": ..., "wgrad": ..., "bwd": ...}`` (CUDA; a pass that has not run
+    is absent). Names as ``CONVT2D_ALGO`` takes them (docs/design.md, "Forcing an
+    algorithm"); for tests and for checking what a forced choice did."""
+    from . import _C
+
+    return dict(_C._last_algorithms())
+
+
 def _targets(arch_list: str):
     """[(major, minor, arch_specific, ptx)] of a TORCH_CUDA_ARCH_LIST string."""
     out = []

@@ -15,7 +15,8 @@ namespace {
 
 // The device's opt-in shared memory per block (227 KB on H100, 99 KB on
 // sm_86/89, 64 KB on sm_75); the kernels' limits below are capped by it, so a
-// problem that does not fit falls back (v2 -> v1 -> implicit GEMM).
+// problem that does not fit falls back (direct2_fwd_kernel -> direct_fwd_kernel
+// -> implicit GEMM).
 inline int64_t smem_optin() {
   int dev = 0, v = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -179,7 +180,7 @@ inline int rows_vec_chunks(int64_t sw, int64_t elem_bytes) { return int(32 * sw 
 //   dealt to consecutive threads so a warp's stores cover neighbouring chunks; each thread
 //   starts its (chunk, row, channel) digits by division once and steps them by the block
 //   stride with one carry per digit. No item takes a partial-chunk branch (a warp-divergent
-//   path once run by ~80% of the warps: ncu, perf-log v13).
+//   path once run by ~80% of the warps: ncu).
 //   Pass 2: the up to kE - 1 elements before a segment's first whole chunk and after its
 //   last, as element stores (items (line, j), j < 2*(kE - 1)).
 // kStaged: the staging row of line (c, i) is s_o + (c*QY + i)*ld + shift(c, i), shift = the

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <cuda_runtime.h>
+#include "common/algo.h"
 #include "common/problem.h"
 
 namespace convt2d {
@@ -41,8 +42,11 @@ struct IgemmParams {
   int64_t Kc = 0, Nc = 0;      // reduced / produced channels per group
   int64_t phases_y = 1, phases_x = 1;
   int64_t max_m = 0;           // largest per-phase M (grid sizing)
-  int ws = -1;                 // Hopper kernels: -1 heuristic, 0 two-block, 1 warp-specialised,
-                               // 2 halo (implicit_gemm/igemm_halo_sm90.cu) where supported, else the heuristic
+  // The tensor-core kernel (planner: Algo::kImplicitGemm*): -1 the launcher's choice, 0 Hopper
+  // two-block, 1 warp-specialised, 2 halo (implicit_gemm/igemm_halo_sm90.cu) where supported
+  // (else the launcher's choice), 3 mma.sync (no wgmma).
+  int ws = -1;
+  Variant var;                 // forced variants (CONVT2D_ALGO options)
   // 3xTF32 on the halo kernel (fp32, TF32 off): wpk split into big and small TF32
   // halves (launch_split_tf32, same layout as wpk), and a device int that is nonzero
   // when a weight is not finite or |w| >= 2^60. wpk itself stays the unsplit weight.
@@ -70,7 +74,7 @@ struct IgemmParams {
   int64_t tiles = 0;
   // Each dimension's phase geometry (make_geo of phase r, common/mma_core.cuh), filled on the host
   // by fill_phase_geo: a tile reads it (phase_geo) instead of recomputing it, which cost
-  // two dozen divisions at every tile start (perf-log v17). geo_ok = 0: not filled (more
+  // two dozen divisions at every tile start. geo_ok = 0: not filled (more
   // than kGeoTab phases, or a value past int32), the device computes it.
   struct PhaseGeo {
     int32_t om, oa, im, ia, it, nq, k0, ks, ntap;
@@ -103,6 +107,7 @@ struct WgradParams {
   int64_t splits = 1;
   int64_t k_per_split = 0;    // pixels per split (multiple of the tile's BK)
   int tile = -1;              // tensor-core tile (grad_weight/wgrad_tensor_core.cu TwTile): -1 heuristic
+  Variant var;                // forced variants (CONVT2D_ALGO options: wgrad_tile)
   // grad_weight/wgrad_tensor_core.cu: x is NCHW contiguous (not channels-last): its tiles are read K-major
   // (pixels contiguous), so the backward needs no channels-last copy of x.
   bool x_nchw = false;
@@ -135,6 +140,7 @@ struct DirectParams {
   // math); nullptr: the CUDA-core kernels run.
   const void* wpk = nullptr;
   int wpk_channels = 0;
+  Variant var;                 // forced variants (CONVT2D_ALGO options: narrow_wp)
 };
 
 // Forward for kernel == stride, no padding / output padding, dilation 1 (forward/patch_gemm.cu):
@@ -151,8 +157,8 @@ struct PatchParams {
 
 // Launchers: return cudaSuccess or the launch error.
 cudaError_t launch_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
-// Tensor-core v2 (implicit_gemm/igemm_tensor_core.cu): src read channels-last (src.sc == 1), wpk
-// packed K-major [G][kh][kw][Nc][Kc]; fp32 in MathMode::kIEEE runs as 3xTF32.
+// Tensor-core implicit GEMM (implicit_gemm/igemm_tensor_core.cu): src read channels-last
+// (src.sc == 1), wpk packed K-major [G][kh][kw][Nc][Kc]; fp32 in MathMode::kIEEE runs as 3xTF32.
 bool tc_igemm_supported(const IgemmParams& prm, DType dt);
 cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
 // Halo variant (implicit_gemm/igemm_halo_sm90.cu, sm_90a builds on compute capability 9.0): the tap
@@ -185,8 +191,9 @@ cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaSt
 bool tc_wgrad_supported(const WgradParams& prm, DType dt);
 // tile: -1 heuristic, else one of kTcWgradTiles (grad_weight/wgrad_tensor_core.cu); the same value must
 // then be in WgradParams::tile.
+// forced_tile: Variant::wgrad_tile (-1: none); launch_tc_wgrad reads prm.var.wgrad_tile.
 TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile,
-                          bool x_nchw);
+                          bool x_nchw, int forced_tile = -1);
 constexpr int kTcWgradTiles = 5;
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 // The fixed-order reduction of a [splits][G][kh*kw*Cog][Cig] fp32 workspace into
@@ -222,12 +229,13 @@ cudaError_t launch_patch_gemm(const PatchParams& prm, DType dt, MathMode math, c
 // Tensor-core direct forward (forward/direct_tensor_core.cu; bf16 / fp16, and fp32 with TF32 allowed, on
 // compute capability 8.0+).
 // launched = false: not taken (no packed weight prm.wpk, i.e. direct_tc_channels
-// said 0: other dtype, shape outside its limits, or CONVT2D_DIRECT_TC=0), nothing
-// launched; launch_direct_forward tries it first.
+// said 0 or the planner chose the CUDA-core kernels), nothing launched;
+// launch_direct_forward tries it first.
 cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st, bool& launched);
 // Output channels per block of the tensor-core direct kernel (16, 32 or 64) for the
 // problem, or 0 when it does not take it; the glue packs DirectParams::wpk for it.
-int direct_tc_channels(const Problem& p, DType dt, MathMode math);
+// nt_cap: Variant::direct_nt (0: the kernel's own cap).
+int direct_tc_channels(const Problem& p, DType dt, MathMode math, int nt_cap = 0);
 
 // Contiguous NCHW -> contiguous NHWC (channels-last) copy (common/layout_kernels.cu).
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,

@@ -178,7 +178,7 @@ struct SplitMma {
   // the tensor core truncates to TF32 (it ignores the low 13 mantissa bits), as the
   // wgmma kernels' fp32 operands in shared memory are. Rounding each fragment
   // (cvt.rna: a finite test and an add per element, 48 of ~100 instructions per k-step
-  // of a warp) made the issue-bound patch GEMM slower (unet fp32, ncu: IPC 2.48).
+  // of a warp) made the issue-bound patch GEMM slower (fp32, k=2 stride 2, ncu: IPC 2.48).
   static __device__ __forceinline__ void operand(uint32_t& x, uint32_t& small) {
     if constexpr (kSplit) split_tf32_trunc(x, small);
   }

@@ -1,7 +1,7 @@
 // Direct CUDA-core forward for shapes with few channels per group (the glue
 // routes Cout/groups < 32 or few reduced channels per output here).
 //
-// v2 kernel (direct2_fwd_kernel), used whenever sh, sw <= 16 and its shared
+// Staged kernel (direct2_fwd_kernel), used whenever sh, sw <= 16 and its shared
 // memory fits:
 //   A block owns an output tile of one row phase ry: QY rows of that phase
 //   (oy = (qy0 + i)*sh + ry - ph) by 32*sw consecutive output columns
@@ -20,7 +20,7 @@
 //   written as bias / zero directly, without staging.
 //   The phase tables are computed on the host (D2Cfg, a __grid_constant__
 //   parameter): no 64-bit divisions in the kernel.
-// v1 kernel (direct_fwd_kernel), fallback for sh or sw > 16 (or a staging
+// Per-column kernel (direct_fwd_kernel), fallback for sh or sw > 16 (or a staging
 //   tile that does not fit): one thread per output column, 8 rows per block,
 //   16 or 64 channels per thread.
 // Both kernels visit only the taps that reach each stride phase: no per-tap
@@ -34,7 +34,7 @@
 namespace convt2d {
 namespace cuda {
 
-// ---------------------------------------------------------------- v2 kernel
+// ------------------------------------------------------- direct2_fwd_kernel
 constexpr int kD2MaxWarps = 8;
 constexpr int64_t kD2SmemBudget = 100 * 1024;  // preferred per-block shared memory
 constexpr int64_t kD2SmemMax = 160 * 1024;     // hard limit (as direct_forward_fits)
@@ -279,7 +279,7 @@ direct2_fwd_kernel(const __grid_constant__ DirectParams prm, const __grid_consta
 static int64_t align16(int64_t b) { return (b + 15) / 16 * 16; }
 
 // Fills cfg and the warp count and returns the dynamic shared-memory bytes,
-// or 0 if v2 does not take the problem (v1 runs then).
+// or 0 if direct2_fwd_kernel does not take the problem (direct_fwd_kernel runs then).
 // want_vec: the output allows store_rows_vec (NCHW, unit column stride); it is used with
 // odd sw (even sw stages padded columns, store_tile reads those).
 static int64_t direct2_config(const Problem& p, int kC, int py, int64_t acc_bytes,
@@ -298,8 +298,8 @@ static int64_t direct2_config(const Problem& p, int kC, int py, int64_t acc_byte
   cfg.w_bytes = int(align16((p.cin_g() * p.kh * p.kw * kC + kC) * acc_bytes));
   const int64_t row_bytes = int64_t(kC) * cfg.ld * t_bytes;  // staging per tile row
   // Row groups of kPY rows: units (column phase x row group) are dealt to the
-  // warps, one per warp up to 8 warps. At least 2 row groups (measured: seedC,
-  // sw = 5, 0.76 -> 0.62 ms), at least 4 units when sw is small.
+  // warps, one per warp up to 8 warps. At least 2 row groups (measured: k=3, sw = 5,
+  // 64 outputs per group, 0.76 -> 0.62 ms), at least 4 units when sw is small.
   int64_t rg = (4 + sw - 1) / sw;
   if (rg < 2) rg = 2;
   const int64_t rg_rows = (max_nq + py - 1) / py;
@@ -324,8 +324,7 @@ static cudaError_t run_v2(const DirectParams& prm, cudaStream_t st, bool& launch
   D2Cfg cfg;
   int warps = 0;
   // store_rows_vec: unit column stride, 32-bit offsets for up to 16 tile rows
-  bool want_vec = prm.out.sw == 1 && rows_vec_offsets_fit(prm.out, p, kC, 16);
-  if (const char* e = std::getenv("CONVT2D_D2_VEC")) want_vec = want_vec && e[0] != '0';  // A/B
+  const bool want_vec = prm.out.sw == 1 && rows_vec_offsets_fit(prm.out, p, kC, 16);
   const int64_t smem = direct2_config(p, kC, kPY, sizeof(Acc), sizeof(T), want_vec, cfg, warps);
   if (smem == 0) return cudaSuccess;
   auto kern = direct2_fwd_kernel<T, kC, kPY>;
@@ -336,8 +335,8 @@ static cudaError_t run_v2(const DirectParams& prm, cudaStream_t st, bool& launch
   return cudaGetLastError();
 }
 
-// Channels per thread: 4 or 8 for narrow groups, else 16; 2 rows per thread
-// (measured on seedD against 8 channels x 4 rows and 8 x 2: 0.81 vs 0.98 / 1.01 ms).
+// Channels per thread: 4 or 8 for narrow groups, else 16; 2 rows per thread (measured
+// with 8 channels per group against 8 channels x 4 rows and 8 x 2: 0.81 vs 0.98 / 1.01 ms).
 template <typename T>
 static cudaError_t run_v2_any(const DirectParams& prm, cudaStream_t st, bool& launched) {
   const int64_t cog = prm.p.cout_g();
@@ -346,7 +345,7 @@ static cudaError_t run_v2_any(const DirectParams& prm, cudaStream_t st, bool& la
   return run_v2<T, 16, 2>(prm, st, launched);
 }
 
-// ---------------------------------------------------------------- v1 kernel
+// -------------------------------------------------------- direct_fwd_kernel
 constexpr int kDirectThreads = 128;
 constexpr int kDirectRows = 8;  // output rows per block: the staged weights serve 8x128 pixels
 

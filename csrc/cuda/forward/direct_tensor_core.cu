@@ -1,9 +1,9 @@
 // Direct forward on tensor cores for bf16 / fp16 (mma.sync m16n8k16) and for fp32
 // with TF32 allowed (m16n8k8 tf32; fp32 accumulate throughout): the shapes the glue
-// routes to the direct kernel (few reduced channels per output: seedC, seedD). The
-// CUDA-core kernel (forward/direct_cuda_core.cu) spends ~80% of its issue slots on gathers and address
-// arithmetic around the FMAs (ncu, perf-log v5.2); here the activation is staged
-// once per block in shared memory and the products run on tensor cores.
+// routes to the direct kernel (few reduced channels per output: one tap per stride phase,
+// few channels per group). The CUDA-core kernel (forward/direct_cuda_core.cu) spends ~80% of
+// its issue slots on gathers and address arithmetic around the FMAs (ncu); here the
+// activation is staged once per block in shared memory and the products run on tensor cores.
 //
 // A K item is one 16-byte chunk of kCh = 16 / sizeof(T) channels (8 for 16-bit, 4
 // for fp32) and one mma k-step takes two items, so the ldmatrix addressing is the
@@ -397,17 +397,11 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   int64_t qy = 8;
   while (qy > 1 && qy / 2 >= max_nq) qy /= 2;  // no taller than the phase
   while (qy > 1 && layout(qy) > kDtcBudget) qy /= 2;
-  // 16-channel blocks: no taller than four blocks per SM allow (fp32 seedD: qy 8 -> 4,
-  // three -> four blocks per SM, 0.525 -> 0.472 ms; off-suite fp32 16 -> 16 k3 s3 128x128
-  // 0.157 -> 0.073; the 16-bit picks of the rows measured (seedD and three off-suite
-  // shapes) are unchanged: their tiles fit four). perf-log v13.
+  // 16-channel blocks: no taller than four blocks per SM allow (fp32, 8 channels per group:
+  // qy 8 -> 4, three -> four blocks per SM, 0.525 -> 0.472 ms; off-suite fp32 16 -> 16 k3 s3
+  // 128x128 0.157 -> 0.073; the 16-bit picks of the shapes measured (8 channels per group
+  // and three off-suite shapes) are unchanged: their tiles fit four).
   while (kNT == 2 && qy > 2 && 4 * (layout(qy) + 1024) > optin) qy /= 2;
-  if (const char* e = std::getenv("CONVT2D_DTC_QY")) {  // A/B: force the tile height
-    const int64_t v = std::atoi(e);
-    if (v == 1 || v == 2 || v == 4 || v == 8) qy = v;
-  }
-  if (const char* e = std::getenv("CONVT2D_DTC_VEC")) cfg.vec = e[0] != '0';
-  if (const char* e = std::getenv("CONVT2D_DTC_CS")) cfg.cs = e[0] != '0';
   const int64_t smem = layout(qy);
   if (smem > optin) return 0;
   const int64_t units = sw * qy;
@@ -429,16 +423,13 @@ static cudaError_t run_dtc(const DirectParams& prm, cudaStream_t st, bool& launc
   // z steps a block loops over; direct_grid halves it while the grid stays
   // large). 64 channels per block: 2 blocks (128 registers; at 3 it spills
   // ~500 bytes), up to 4 samples. 32 channels: 3 blocks (80 registers, 16
-  // bytes of spill), up to 2 samples (seedC fp16 0.345 -> 0.339 ms). 16
+  // bytes of spill), up to 2 samples (k=3 stride 5, fp16: 0.345 -> 0.339 ms). 16
   // channels: 4 blocks (64 registers, 12 bytes of spill) where shared memory
-  // allows 4, one sample per block (seedD fp16 0.377 -> 0.348 ms; 4 blocks with
-  // 4 samples was 0.41). perf-log v11. CONVT2D_DTC_MINB = 2, 3, 4 and
-  // CONVT2D_DTC_NPB = 1, 2, 4, ...: A/B.
+  // allows 4, one sample per block (8 channels per group, fp16: 0.377 -> 0.348 ms;
+  // 4 blocks with 4 samples was 0.41).
   int minb = kNT == 8 ? 2 : 3;
   int64_t max_npb = kNT == 8 ? 4 : kNT == 4 ? 2 : 1;
   if (kNT == 2 && 4 * (smem + 1024) <= smem_optin()) minb = 4;
-  if (const char* e = std::getenv("CONVT2D_DTC_MINB")) minb = std::atoi(e);
-  if (const char* e = std::getenv("CONVT2D_DTC_NPB")) max_npb = std::atoi(e);
   auto kern = minb == 4 ? direct_tc_kernel<T, kNT, 4>
             : minb == 3 ? direct_tc_kernel<T, kNT, 3> : direct_tc_kernel<T, kNT, 2>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -454,11 +445,9 @@ static bool dtc_dtype(DType dt, MathMode math) {
 }
 
 // kNT for the problem (the largest that fits, starting from the channels per
-// group), or 0 when the kernel does not take it.
-static int dtc_ntiles(const Problem& p, DType dt, MathMode math) {
+// group, at most nt_cap when that is 2, 4 or 8), or 0 when the kernel does not take it.
+static int dtc_ntiles(const Problem& p, DType dt, MathMode math, int nt_cap) {
   if (!dtc_dtype(dt, math)) return 0;
-  const char* env = std::getenv("CONVT2D_DIRECT_TC");
-  if (env != nullptr && env[0] == '0') return 0;
   int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -466,13 +455,9 @@ static int dtc_ntiles(const Problem& p, DType dt, MathMode math) {
     return 0;
   const int64_t cog = p.cout_g();
   // At most 32 channels per block: with 3 blocks per SM that beat 64-channel blocks
-  // at 2 per SM on seedC (Cout/groups 64, bf16: 0.420 -> 0.355 ms) although x is
-  // staged once per channel block. CONVT2D_DTC_NT = 2, 4, 8 sets the cap (A/B).
-  int cap = 4;
-  if (const char* e = std::getenv("CONVT2D_DTC_NT")) {
-    const int v = std::atoi(e);
-    if (v == 2 || v == 4 || v == 8) cap = v;
-  }
+  // at 2 per SM (k=3 stride 5, Cout/groups 64, bf16: 0.420 -> 0.355 ms) although x is
+  // staged once per channel block. Variant::direct_nt = 2, 4, 8 sets the cap (tests).
+  const int cap = nt_cap == 2 || nt_cap == 4 || nt_cap == 8 ? nt_cap : 4;
   int first = cog > 32 ? 8 : cog > 16 ? 4 : 2;
   if (first > cap) first = cap;
   for (int nt = first; nt >= 2; nt /= 2) {
@@ -483,8 +468,8 @@ static int dtc_ntiles(const Problem& p, DType dt, MathMode math) {
   return 0;
 }
 
-int direct_tc_channels(const Problem& p, DType dt, MathMode math) {
-  return 8 * dtc_ntiles(p, dt, math);
+int direct_tc_channels(const Problem& p, DType dt, MathMode math, int nt_cap) {
+  return 8 * dtc_ntiles(p, dt, math, nt_cap);
 }
 
 // The glue asked direct_tc_channels and packed the weight for that many channels

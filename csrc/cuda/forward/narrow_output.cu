@@ -241,8 +241,9 @@ narrow_fwd_kernel(const __grid_constant__ DirectParams prm, const __grid_constan
 }
 
 // The kernel's conditions and launch shape for p; false when it does not take it.
+// wp_forced: Variant::narrow_wp (1, 2, 4, 8 pixel warps; else the heuristic's).
 static bool nw_config(const Problem& p, int num_sms, NwCfg& cfg, int& co, int& nty_chunk,
-                      int64_t& smem, dim3& grid) {
+                      int64_t& smem, dim3& grid, int wp_forced = 0) {
   const int64_t cog = p.cout_g();
   if (cog < 1 || cog > 8) return false;
   // 32-bit element offsets within one (n, group) slab of x (the launcher checks the
@@ -270,7 +271,7 @@ static bool nw_config(const Problem& p, int num_sms, NwCfg& cfg, int& co, int& n
   cfg.nz = int(nz);
   // Pixel warps (the rest split K): halve from 8 until the grid has >= 6 blocks per SM,
   // but stop before slices drop below 16 input channels once it has >= 1.5 per SM
-  // (measured on nine off-suite shapes, perf-log v14).
+  // (measured on nine off-suite shapes).
   auto row_tiles = [&](int wp) { return (max_nqy + wp * kNwPY - 1) / (wp * kNwPY); };
   auto blocks = [&](int wp) { return p.sh * p.sw * row_tiles(wp) * cfg.nqx_t * nz; };
   int wp = 8;
@@ -282,10 +283,7 @@ static bool nw_config(const Problem& p, int num_sms, NwCfg& cfg, int& co, int& n
     if (p.cin_g() < kNwWarps / (wp / 2)) break;  // no empty slices
     wp /= 2;
   }
-  if (const char* e = std::getenv("CONVT2D_NW_WP")) {  // A/B
-    const int v = std::atoi(e);
-    if (v == 1 || v == 2 || v == 4 || v == 8) wp = v;
-  }
+  if (wp_forced == 1 || wp_forced == 2 || wp_forced == 4 || wp_forced == 8) wp = wp_forced;
   cfg.wp = wp;
   const int wk = kNwWarps / wp;
   cfg.cps = int((p.cin_g() + wk - 1) / wk);
@@ -357,7 +355,8 @@ cudaError_t launch_narrow_forward(const DirectParams& prm, DType dt, cudaStream_
   int co = 0, nty = 0;
   int64_t smem = 0;
   dim3 grid;
-  if (!nw_config(prm.p, sm_count(), cfg, co, nty, smem, grid)) return cudaSuccess;
+  if (!nw_config(prm.p, sm_count(), cfg, co, nty, smem, grid, prm.var.narrow_wp))
+    return cudaSuccess;
   // The kernel's 32-bit offsets within one (n, group) slab of x, with these strides (rows
   // and columns a tap reach beyond the image are formed, never read).
   const Problem& p = prm.p;

@@ -435,8 +435,8 @@ __global__ void __launch_bounds__(Tr::kThreads) tc_wgrad_kernel(const WgradParam
 // through shared memory, so both sides are coalesced: a warp reads 32 consecutive ci
 // of one workspace row (every split, in order), and each ci's CC*taps outputs are one
 // contiguous run of grad_weight. (Walking the workspace in order and writing each sum
-// where it goes stored with a stride of Cog*taps elements: vae bf16 0.024 ms for 2.4 MB
-// of weight gradient. Tiles of ~256 rows were slower still: too few blocks.)
+// where it goes stored with a stride of Cog*taps elements: 512 -> 256 channels, k=3, bf16:
+// 0.024 ms for 2.4 MB of weight gradient. Tiles of ~256 rows were slower still: too few blocks.)
 constexpr int kRdCi = 32;
 template <typename T>
 __global__ void __launch_bounds__(256) tc_wgrad_reduce_kernel(const WgradParams prm, int CC,
@@ -486,39 +486,33 @@ template <typename T> using TwWg128 = TwTraits<T, 256, 128, 8, 1, 32, 5, false, 
 template <typename T> using TwWg64K = TwTraits<T, 256, 64, 8, 1, 64, 4, false, true>;
 template <typename T> using TwWg128K = TwTraits<T, 256, 128, 8, 1, 64, 4, false, true>;
 
-// An explicit tile (0..kTcWgradTiles-1, from autotuning) or CONVT2D_TW_TILE =
-// narrow | wide | tall | bigtall | bigwide (A/B timing) overrides the heuristic.
+// An explicit tile (0..kTcWgradTiles-1, from autotuning) or a forced one (Variant::wgrad_tile,
+// an index into kWgradTileNames: narrow | wide | tall | bigtall | bigwide | wg64 | wg128 |
+// wg64k | wg128k, or nowg: the heuristic without the wgmma tiles) overrides the heuristic.
 enum class TwTile { kNarrow, kWide, kTall, kBigTall, kBigWide, kSplit, kWg64, kWg128, kWg64K,
                     kWg128K, kCount };
 static_assert(int(TwTile::kSplit) == kTcWgradTiles, "tile count");
+static_assert(kWgradTileCount == 10, "kWgradTileNames: 5 mma.sync tiles, 4 wgmma tiles, nowg");
 bool tw_is_wg(TwTile t) { return t >= TwTile::kWg64 && t <= TwTile::kWg128K; }
-TwTile tw_tile(const Problem& p, DType dt, MathMode math, int tile, bool xn) {
+TwTile tw_tile(const Problem& p, DType dt, MathMode math, int tile, bool xn, int forced) {
   if (dt == DType::kFloat && math == MathMode::kIEEE) return TwTile::kSplit;
   if (tile >= 0 && tile < kTcWgradTiles) return TwTile(tile);
   // The wgmma kernel: 16-bit, x channels-last, sm_90a build on a 9.0 device.
   const bool wg_ok = dt != DType::kFloat && !xn && wgmma_device();
-  const char* e = std::getenv("CONVT2D_TW_TILE");
-  if (e) {
-    if (!std::strcmp(e, "narrow")) return TwTile::kNarrow;
-    if (!std::strcmp(e, "wide")) return TwTile::kWide;
-    if (!std::strcmp(e, "tall")) return TwTile::kTall;
-    if (!std::strcmp(e, "bigtall")) return TwTile::kBigTall;
-    if (!std::strcmp(e, "bigwide")) return TwTile::kBigWide;
-    if (wg_ok && !std::strcmp(e, "wg64")) return TwTile::kWg64;
-    if (wg_ok && !std::strcmp(e, "wg128")) return TwTile::kWg128;
-    if (wg_ok && !std::strcmp(e, "wg64k")) return TwTile::kWg64K;
-    if (wg_ok && !std::strcmp(e, "wg128k")) return TwTile::kWg128K;
-  }
-  if (wg_ok && !(e && !std::strcmp(e, "nowg")) && p.kh * p.kw * p.cout_g() >= 128)
+  if (forced >= 0 && forced < kTcWgradTiles) return TwTile(forced);
+  if (wg_ok && forced >= kTcWgradTiles && forced < kTcWgradTiles + 4)
+    return TwTile(int(TwTile::kWg64) + forced - kTcWgradTiles);
+  const bool nowg = forced == kWgradTileCount - 1;
+  if (wg_ok && !nowg && p.kh * p.kw * p.cout_g() >= 128)
     return p.cin_g() > 64 ? TwTile::kWg128 : TwTile::kWg64;
-  // Measured on the suite (docs/perf-log.md, v3.2): 64x64 warp tiles win in
+  // Measured on the suite: 64x64 warp tiles win in
   // every dtype; 128 channels of ci per tile once there are that many.
   return p.cin_g() > 64 ? TwTile::kBigWide : TwTile::kBigTall;
 }
 struct TwShape { int bm, bn, bk; };
-TwShape tw_shape(const Problem& p, DType dt, MathMode math, int tile, bool xn) {
+TwShape tw_shape(const Problem& p, DType dt, MathMode math, int tile, bool xn, int forced) {
   const int bk = dt == DType::kFloat ? 16 : 32;
-  switch (tw_tile(p, dt, math, tile, xn)) {
+  switch (tw_tile(p, dt, math, tile, xn, forced)) {
     case TwTile::kWide: case TwTile::kBigWide: return {128, 128, bk};
     case TwTile::kTall: case TwTile::kBigTall: return {256, 64, bk};
     case TwTile::kWg64: return {256, 64, 32};
@@ -693,8 +687,8 @@ bool tc_wgrad_supported(const WgradParams& prm, DType dt) {
 }
 
 TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile,
-                          bool x_nchw) {
-  const TwShape s = tw_shape(p, dt, math, tile, x_nchw);
+                          bool x_nchw, int forced_tile) {
+  const TwShape s = tw_shape(p, dt, math, tile, x_nchw, forced_tile);
   const int64_t Mt = p.kh * p.kw * p.cout_g();
   const int64_t tiles = ((Mt + s.bm - 1) / s.bm) * ((p.cin_g() + s.bn - 1) / s.bn) * p.groups;
   const int64_t K = p.N * p.H * p.W;
@@ -705,10 +699,9 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
   // slice. Rates are H100-class round numbers (only their ratio matters):
   // 300 / 150 / 50 TFLOP/s (16-bit / tf32 / 3xTF32) against 3 TB/s. Limits:
   // each split at least 16 k-tiles, each fp32 partial sum at most 2^20 pixels,
-  // workspace at most 256 MiB. CONVT2D_TW_BLOCKS_PER_SM overrides the residency.
-  const TwTile tt = tw_tile(p, dt, math, tile, x_nchw);
+  // workspace at most 256 MiB.
+  const TwTile tt = tw_tile(p, dt, math, tile, x_nchw, forced_tile);
   int per_sm = tw_occupancy(tt, dt, x_nchw);
-  if (const char* e = std::getenv("CONVT2D_TW_BLOCKS_PER_SM")) per_sm = std::atoi(e);
   if (per_sm <= 0) per_sm = 2;
   const int64_t cap = int64_t(per_sm) * num_sms;
   const int64_t slice = p.groups * Mt * p.cin_g();
@@ -749,7 +742,7 @@ cudaError_t launch_tc_wgrad_reduce(const WgradParams& prm, DType dt, cudaStream_
 }
 
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st) {
-  const TwTile tile = tw_tile(prm.p, dt, math, prm.tile, prm.x_nchw);
+  const TwTile tile = tw_tile(prm.p, dt, math, prm.tile, prm.x_nchw, prm.var.wgrad_tile);
   auto run16 = [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
     switch (tile) {

@@ -13,8 +13,6 @@ namespace cuda {
 void fill_phase_geo(IgemmParams& prm) {
   const Problem& p = prm.p;
   prm.geo_ok = 0;
-  const char* e = std::getenv("CONVT2D_GEO");  // CONVT2D_GEO=0: no table (A/B timing)
-  if (e && e[0] == '0') return;
   if (prm.phases_y > IgemmParams::kGeoTab || prm.phases_x > IgemmParams::kGeoTab) return;
   auto put = [](IgemmParams::PhaseGeo& q, const Geo& g) {
     const int64_t v[9] = {g.om, g.oa, g.im, g.ia, g.it, g.nq, g.k0, g.ks, g.ntap};
@@ -173,23 +171,12 @@ static cudaError_t run_kernel(const IgemmParams& prm, cudaStream_t st) {
   return cudaGetLastError();
 }
 
-// CONVT2D_IGEMM_MINBLOCKS=1 selects the register-rich variant (for A/B timing).
-static int min_blocks_choice() {
-  static const int v = [] {
-    const char* e = std::getenv("CONVT2D_IGEMM_MINBLOCKS");
-    return (e && e[0] == '1') ? 1 : 2;
-  }();
-  return v;
-}
-
 template <class Tr>
 static cudaError_t run(const IgemmParams& prm, cudaStream_t st) {
   constexpr int V = 16 / int(sizeof(typename Tr::T));
   const bool vec = prm.Nc % V == 0 && (reinterpret_cast<uintptr_t>(prm.wpk) % 16) == 0;
-  const bool mb1 = min_blocks_choice() == 1;
-  return BOOL_SWITCH(vec, kVec, [&] {
-    return mb1 ? run_kernel<Tr, kVec, 1>(prm, st) : run_kernel<Tr, kVec, 2>(prm, st);
-  });
+  // Two blocks per SM (a register-rich one-block variant measured no faster).
+  return BOOL_SWITCH(vec, kVec, [&] { return run_kernel<Tr, kVec, 2>(prm, st); });
 }
 
 template <typename T, bool TC, int BK>

@@ -38,7 +38,7 @@
 // prm.wflag), big*big and the cross terms are summed apart and the cross terms
 // dropped where big*big is not finite (as SplitMma does: inf*small is NaN).
 //
-// 3xFP16 (kF16x3, perf-log v15-v17): the same three products on fp16 halves scaled by
+// 3xFP16 (kF16x3): the same three products on fp16 halves scaled by
 // powers of two (a scale per item and per weight column). Its weights come through TMA
 // (both halves, the loader's thread 0), and each item's halo is loaded into registers while
 // the previous item's weights go out. A block takes one tile; the persistent variant
@@ -962,25 +962,23 @@ cudaError_t run_halo(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
       a.prm.src = prm.src_nchw;
       if (!make_f16x3_wmaps(prm, Tr::BK, Tr::BN, a.tma)) return cudaErrorNotSupported;
       const int64_t mv = halo_shape(prm, true).max_mv;
-      // Rows neither led nor widened (seedA, unet): no quad to mask (the masking measured
-      // 2-5% on them even when it never runs).
+      // Rows neither led nor widened (unpadded stride 1, kernel == stride): no quad to
+      // mask (the masking measured 2-5% on them even when it never runs).
       if (!f16x3_nchw_masked(prm)) return launch_halo<Tr, true, 1>(a, mv, st);
       return launch_halo<Tr, true, 2>(a, mv, st);
     }
   }
   if constexpr (Tr::kF16x3) {
-    // 3xFP16: the weights through TMA where the maps can be made, unless
-    // CONVT2D_F16X3_TMA=0 (A/B timing).
-    const char* e = std::getenv("CONVT2D_F16X3_TMA");
-    if (!(e && e[0] == '0')) {
+    // 3xFP16: the weights through TMA where the maps can be made, unless the cp.async
+    // loader is forced (Variant::loader = 0).
+    if (prm.var.loader != 0) {
       TmaArgs<true> a{};
       a.prm = prm;
       if (make_f16x3_wmaps(prm, Tr::BK, Tr::BN, a.tma)) return launch_halo<Tr, true>(a, max_mv, st);
     }
   }
   if constexpr (!Tr::kSplit) {
-    const char* e = std::getenv("CONVT2D_HALO_TMA");
-    if (!(e && e[0] == '0')) {
+    if (prm.var.loader != 0) {
       TmaArgs<true> a;
       a.prm = prm;
       if (make_tma_maps<typename Tr::Tp>(prm, Tr::BK, Tr::BN, Tr::BM, /*halo=*/true, a.tma))
@@ -996,10 +994,11 @@ cudaError_t run_halo(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
 // (64 + 64 registers), and both halves of every operand are staged (about 200 KB).
 // kLoop: the 3xTF32 fallback of a 3xFP16 product (prm.run_if set), looped so that its
 // launch, whose blocks exit at once unless an operand was out of range, is one wave of
-// blocks rather than one per tile (seedA: 17K blocks, 0.06 ms).
+// blocks rather than one per tile (dense stride-1, 128 outputs per group: 17K blocks, 0.06 ms).
 template <bool kLoop = false>
 cudaError_t run_halo_split(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
-  // (256 x 64 tiles for 128-column GEMMs too measured slower: seedA forward 7.83 -> 9.66 ms.)
+  // (256 x 64 tiles for 128-column GEMMs too measured slower: a dense stride-1 forward,
+  // 7.83 -> 9.66 ms.)
   if (prm.Nc <= 64)
     return run_halo<HaloTraits<float, 256, 64, 4, true, false, kLoop>>(prm, max_mv, st);
   return run_halo<HaloTraits<float, 128, 128, 4, true, false, kLoop>>(prm, max_mv, st);
@@ -1010,19 +1009,18 @@ cudaError_t run_halo_split(const IgemmParams& prm, int64_t max_mv, cudaStream_t 
 // base (a quad of columns 4 j .. 4 j + 3 is then one aligned float4 per channel, inside or
 // outside the row as a whole), and TMA weights. By default it does where the widening of
 // its GEMM rows (lead, then a multiple of 4) adds at most 1/8 to every phase's rows: measured
-// against the copy and the NHWC kernel (perf-log v18), no widening: seedA 3.639 -> 3.435
-// ms, unet 0.398 -> 0.345; 1/43 more rows, quads masked (v18e): vae 0.444 -> 0.442; 3/17
-// more (before the masking): dcgan 0.385 -> 0.388. CONVT2D_F16X3_NCHW=1: wherever it can
-// (tests, A/B), 0: never.
+// against the copy and the NHWC kernel, no widening: dense stride-1 3.639 -> 3.435 ms,
+// kernel == stride 0.398 -> 0.345; 1/43 more rows, quads masked: k=3 stride 2, batch 1
+// 0.444 -> 0.442; 3/17 more (before the masking): k=4 stride 2 0.385 -> 0.388.
+// Variant::f16x3_nchw = 1: wherever it can (tests, A/B), 0: never; never with cp.async
+// weights (Variant::loader = 0).
 bool f16x3_nchw_ok(const IgemmParams& prm) {
-  const char* en = std::getenv("CONVT2D_F16X3_NCHW");
-  const char* et = std::getenv("CONVT2D_F16X3_TMA");
-  if ((en && en[0] == '0') || (et && et[0] == '0')) return false;
+  if (prm.var.f16x3_nchw == 0 || prm.var.loader == 0) return false;
   const TensorRef& x = prm.src_nchw;
   const bool can = prm.mode == IgemmMode::kForward && x.sw == 1 && x.sh % 4 == 0 &&
                    x.sc % 4 == 0 && x.sn % 4 == 0 && prm.Ws % 4 == 0 &&
                    (reinterpret_cast<uintptr_t>(x.ptr) & 15) == 0;
-  if (!can || (en && en[0] == '1')) return can;
+  if (!can || prm.var.f16x3_nchw == 1) return can;
   for (int64_t r = 0; r < prm.phases_x; ++r) {
     const NchwRow w = nchw_row(prm, r);
     if (8 * w.widened > 9 * w.wv) return false;
@@ -1035,15 +1033,14 @@ bool f16x3_nchw_ok(const IgemmParams& prm) {
 // out of the 3xFP16 range (f16_flag) and otherwise recomputes the whole product.
 cudaError_t run_halo_f16x3(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
   // A block per tile: with TMA weights and the next halo prefetched it beat the persistent
-  // kernel on seedA (3.75 vs 4.01 ms), dcgan and vae (0.384 vs 0.401, 0.441 vs 0.476), and
-  // lost on unet (0.408 vs 0.393) (perf-log v17). CONVT2D_F16X3_PERSIST=1 forces the
-  // persistent kernel (A/B timing).
-  const char* ev = std::getenv("CONVT2D_F16X3_PERSIST");
-  const bool persist = ev && ev[0] == '1';
+  // kernel on dense stride 1 (3.75 vs 4.01 ms) and on stride-2 k=4 / k=3 layers (0.384 vs
+  // 0.401, 0.441 vs 0.476), and lost with kernel == stride (0.408 vs 0.393).
+  // Variant::f16x3_persist = 1 forces the persistent kernel (tests, A/B timing).
+  const bool persist = prm.var.f16x3_persist == 1;
   IgemmParams fb = prm;
   fb.src_nchw = TensorRef{};
   fb.run_if = prm.f16_flag;
-  // NCHW x (perf-log v18): the block-per-tile kernel reads it itself where it can, and the
+  // NCHW x: the block-per-tile kernel reads it itself where it can, and the
   // channels-last copy is made only for the fallback, where an operand was out of range.
   if (prm.src_nchw.ptr && !persist && f16x3_nchw_ok(prm)) {
     const cudaError_t e = run_halo<HaloTraits<__half, 128, 128, 4, true>>(prm, max_mv, st);
@@ -1068,8 +1065,9 @@ cudaError_t run_halo_f16x3(const IgemmParams& prm, int64_t max_mv, cudaStream_t 
 template <typename T>
 cudaError_t run_halo_t(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
   // 64-column GEMMs: 512-row tiles (each consumer four m64n64 blocks) halve the weight
-  // re-reads and the per-tile fill/epilogue share (seedB bf16 forward 1.70 -> 1.42 ms).
-  // 128 columns keep 256 x 128 (512 x 64 tiles measured slower: seedA bf16 2.08 -> 2.24).
+  // re-reads and the per-tile fill/epilogue share (dense stride-1, bf16 forward: 1.70 ->
+  // 1.42 ms). 128 columns keep 256 x 128 (512 x 64 tiles measured slower: dense stride-1,
+  // bf16 forward: 2.08 -> 2.24 ms).
   if (prm.Nc <= 64) return run_halo<HaloTraits<T, 512, 64, 6>>(prm, max_mv, st);
   return run_halo<HaloTraits<T, 256, 128, 6>>(prm, max_mv, st);
 }
@@ -1098,12 +1096,11 @@ bool tc_halo_supported(const IgemmParams& prm, DType dt, MathMode math) {
 #endif
 }
 
-// 3xFP16 (perf-log v15): forward GEMMs of more than 64 columns whose channels fill
-// whole 16-byte fp16 chunks (CONVT2D_F16X3=0: never, 3xTF32 instead).
+// 3xFP16 (docs/design.md, Precision policy): forward GEMMs of more than 64 columns whose
+// channels fill whole 16-byte fp16 chunks (Variant::f16x3 = 0: never, 3xTF32 instead).
 bool tc_halo_f16x3_applies(const IgemmParams& prm) {
 #if defined(CONVT2D_WGMMA)
-  const char* e = std::getenv("CONVT2D_F16X3");
-  if (e && e[0] == '0') return false;
+  if (prm.var.f16x3 == 0) return false;
   return prm.mode == IgemmMode::kForward && prm.Kc % 8 == 0 && prm.Nc > 64 &&
          tc_halo_supported(prm, DType::kFloat, MathMode::kIEEE);
 #else
@@ -1112,12 +1109,12 @@ bool tc_halo_f16x3_applies(const IgemmParams& prm) {
 #endif
 }
 
-// Measured on the H100 (docs/perf-log.md, v4.0): the halo kernel wins with three or
-// more tap columns when the GEMM has at most 64 columns or the type is fp32 (seedA/seedB
-// forward and grad_input); it loses with 128 16-bit columns (seedA bf16 forward: 2.04 vs
-// 1.87 ms) and with two tap columns per phase (dcgan, vae forward: 15-20% slower).
+// Measured on the H100: the halo kernel wins with three or more tap columns when the GEMM
+// has at most 64 columns or the type is fp32 (dense stride-1 layers, k=(3,5), forward and
+// grad_input); it loses with 128 16-bit columns (bf16 forward: 2.04 vs 1.87 ms) and with
+// two tap columns per phase (stride-2 k=4 / k=3 layers, forward: 15-20% slower).
 // 3xTF32 (fp32, TF32 off): the halo kernel wherever it applies; the alternative is
-// the mma.sync 3xTF32 kernel (docs/perf-log.md, v4.2).
+// the mma.sync 3xTF32 kernel.
 bool tc_halo_preferred(const IgemmParams& prm, DType dt, MathMode math) {
 #if defined(CONVT2D_WGMMA)
   if (dt == DType::kFloat && math == MathMode::kIEEE) return true;

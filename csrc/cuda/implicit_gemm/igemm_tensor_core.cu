@@ -1,4 +1,4 @@
-// Tensor-core implicit GEMM (v2): mma.sync on K-major operands, cp.async
+// Tensor-core implicit GEMM: mma.sync on K-major operands, cp.async
 // multi-stage pipeline into XOR-swizzled shared memory, ldmatrix fragments,
 // C tile staged through shared memory for coalesced NCHW or NHWC stores.
 //
@@ -285,10 +285,10 @@ struct WsTraits {
   static constexpr int BM = 256, BN = BN_, S = S_, BKB = 128, CH = 8, KS = 4;
   // Loader: TPR threads per 128-byte row, each CPR chunks (sub + TPR c); a pass of
   // the 128 loader threads covers RPI rows. TPR 4 (two sectors of a row per request)
-  // halves the L2 requests of TPR 2 (one sector): measured (perf-log v4.3)
-  // seedA bf16 forward 1.87 -> 1.64 ms, dcgan 0.161 -> 0.134; TPR 8 (whole rows,
-  // 4x fewer requests, L2 78% -> 32% busy) is slower than 4 (1.75 ms): more rows per
-  // loader thread.
+  // halves the L2 requests of TPR 2 (one sector): measured bf16 forward 1.87 -> 1.64 ms
+  // (dense stride-1, 128 outputs per group), 0.161 -> 0.134 (k=4 stride 2, 256 -> 128);
+  // TPR 8 (whole rows, 4x fewer requests, L2 78% -> 32% busy) is slower than 4 (1.75 ms):
+  // more rows per loader thread.
   static constexpr int TPR = TPR_, CPR = 8 / TPR_, RPI = 128 / TPR_;
   static constexpr int E = 16 / int(sizeof(T)), BK = BKB / int(sizeof(T));
   static constexpr int kThreads = 384, kConsumers = 256;
@@ -474,12 +474,11 @@ cudaError_t launch_ws(const TmaArgs<kTma>& args, cudaStream_t st) {
   });
 }
 
-// The TMA maps of a warp-specialised launch (false where TMA does not apply, or
-// with CONVT2D_WS_TMA=0 for A/B timing: then the cp.async loader runs).
+// The TMA maps of a warp-specialised launch (false where TMA does not apply, or where
+// the cp.async loader is forced, Variant::loader = 0: then the cp.async loader runs).
 template <class Tr>
 bool ws_tma_args(const IgemmParams& prm, TmaArgs<true>& a) {
-  const char* e = std::getenv("CONVT2D_WS_TMA");
-  if (e && e[0] == '0') return false;
+  if (prm.var.loader == 0) return false;
   a.prm = prm;
   return make_tma_maps<typename Tr::Tp>(prm, Tr::BK, Tr::BN, Tr::BM, /*halo=*/false, a.tma);
 }
@@ -501,17 +500,18 @@ cudaError_t run_tc(const IgemmParams& prm, cudaStream_t st) {
 }
 
 // Tile choice by the GEMM's N and K row width by the channels per group.
-// CONVT2D_TC_TILE (bf16 only, for A/B timing): 128x128x1 | 128x128x2 |
-// 128x64 | 64x128 (BMxBN, x = min blocks per SM).
+// Variant::igemm_tile (bf16 only, tests and A/B timing): 0 128x128 at one block per SM,
+// 1 128x64, 2 64x128 (BM x BN).
 template <typename T, bool kSplit, int BKB>
 cudaError_t run_tc_bn(const IgemmParams& prm, cudaStream_t st) {
   constexpr int S = BKB == 128 ? 3 : 4;
   if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    const char* e = std::getenv("CONVT2D_TC_TILE");
-    const std::string v = e ? e : "";
-    if (v == "128x128x1") return run_tc<TcTraits<T, 128, 128, 2, 4, S, BKB, false, 1>>(prm, st);
-    if (v == "128x64") return run_tc<TcTraits<T, 128, 64, 4, 2, S, BKB, false, 2>>(prm, st);
-    if (v == "64x128") return run_tc<TcTraits<T, 64, 128, 2, 4, S, BKB, false, 2>>(prm, st);
+    switch (prm.var.igemm_tile) {
+      case 0: return run_tc<TcTraits<T, 128, 128, 2, 4, S, BKB, false, 1>>(prm, st);
+      case 1: return run_tc<TcTraits<T, 128, 64, 4, 2, S, BKB, false, 2>>(prm, st);
+      case 2: return run_tc<TcTraits<T, 64, 128, 2, 4, S, BKB, false, 2>>(prm, st);
+      default: break;
+    }
   }
   // 3xTF32 (split operands, per-tile partial sums) needs more than 128
   // registers: one block per SM.
@@ -526,12 +526,10 @@ cudaError_t run_tc_bn(const IgemmParams& prm, cudaStream_t st) {
 }
 
 // wgmma kernels exist when the build targets sm_90a (setup.py defines
-// CONVT2D_WGMMA); they run on compute capability 9.x for 128-byte K rows and
-// more than 32 GEMM columns. CONVT2D_NO_WGMMA=1 turns them off (A/B timing).
+// CONVT2D_WGMMA); they run on compute capability 9.0 for 128-byte K rows and
+// more than 32 GEMM columns, unless the planner asked for mma.sync (ws == 3).
 bool use_wgmma(const IgemmParams& prm) {
-  if (prm.Nc <= 32) return false;
-  const char* e = std::getenv("CONVT2D_NO_WGMMA");
-  if (e && e[0] == '1') return false;
+  if (prm.Nc <= 32 || prm.ws == 3) return false;
   return wgmma_device();
 }
 
@@ -542,16 +540,16 @@ cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
     if (prm.Kc * int64_t(sizeof(T)) >= 128 && use_wgmma(prm)) {
       // Warp-specialised 256-row tiles (one block per SM) wherever its TMA loader
       // applies (measured faster than the two-block kernel on every suite row it
-      // takes, perf-log v5: unet bf16 forward 0.161 -> 0.146 ms, seedB (Nc 64)
-      // 2.215 -> 1.536), and with the cp.async loader when the GEMM has more than 64
-      // columns and a long enough K loop (average K row >= 12 tiles of 128 bytes);
-      // below that the fill and the unoverlapped epilogue of a single resident block
-      // cost more than the two-block kernel (cp.async loader, measured: unet 0.197
-      // vs 0.176 ms bf16, seedB 2.27 vs 2.22 ms).
-      // prm.ws (autotuning) or CONVT2D_WS=0 / 1 (A/B timing) force it off / on.
-      const char* ws = std::getenv("CONVT2D_WS");
-      const bool forced = prm.ws == 0 || prm.ws == 1 || ws != nullptr;
-      const bool want = prm.ws == 0 || prm.ws == 1 ? prm.ws == 1 : ws && ws[0] == '1';
+      // takes: bf16 forward, k=2 stride 2 0.161 -> 0.146 ms, dense stride-1 with 64
+      // outputs per group (Nc 64) 2.215 -> 1.536), and with the cp.async loader when
+      // the GEMM has more than 64 columns and a long enough K loop (average K row >= 12
+      // tiles of 128 bytes); below that the fill and the unoverlapped epilogue of a
+      // single resident block cost more than the two-block kernel (cp.async loader,
+      // measured bf16: k=2 stride 2 0.197 vs 0.176 ms, dense stride-1 with 64 outputs
+      // per group 2.27 vs 2.22 ms).
+      // prm.ws (the planner: autotune or the override) = 0 / 1 forces it off / on.
+      const bool forced = prm.ws == 0 || prm.ws == 1;
+      const bool want = prm.ws == 1;
       const int64_t k_row_bytes = prm.Kc * prm.p.kh * prm.p.kw * int64_t(sizeof(T)) /
                                   (prm.phases_y * prm.phases_x);
       const bool ws_auto = prm.Nc > 64 && k_row_bytes >= 12 * 128;
@@ -610,8 +608,6 @@ bool tc_igemm_supported(const IgemmParams& prm, DType dt) {
          prm.Hd < big && prm.Wd < big && prm.Kc * prm.Nc < big;
 }
 
-// The halo kernel where it applies and the heuristic (or prm.ws == 2) picks it, unless the A/B overrides
-// (CONVT2D_HALO=0 / 1, CONVT2D_WS, CONVT2D_NO_WGMMA=1) ask for another kernel.
 // Whether the warp-specialised kernel would load through TMA (its maps encode).
 static bool ws_tma_applies(const IgemmParams& prm, DType dt) {
 #if defined(CONVT2D_WGMMA)
@@ -634,28 +630,23 @@ static bool ws_tma_applies(const IgemmParams& prm, DType dt) {
 #endif
 }
 
+// The halo kernel where it applies and the launcher's heuristic (or prm.ws == 2) picks it.
 static bool want_halo(const IgemmParams& prm, DType dt, MathMode math) {
-  if (prm.ws == 0 || prm.ws == 1) return false;
-  const char* no = std::getenv("CONVT2D_NO_WGMMA");
-  if (no && no[0] == '1') return false;
-  bool forced = prm.ws == 2;
-  if (prm.ws < 0) {
-    const char* h = std::getenv("CONVT2D_HALO");
-    if (h ? h[0] != '1' : std::getenv("CONVT2D_WS") != nullptr) return false;
-    forced = h != nullptr;
-  }
+  if (prm.ws == 0 || prm.ws == 1 || prm.ws == 3) return false;
+  const bool forced = prm.ws == 2;
   // 3xTF32 on the halo kernel needs the split weight (the glue provides it where supported).
   if (dt == DType::kFloat && math == MathMode::kIEEE && !prm.wpk_hi) return false;
   if (!tc_halo_supported(prm, dt, math)) return false;
   if (forced) return true;
   if (!tc_halo_preferred(prm, dt, math)) return false;
   // Where the warp-specialised kernel's TMA loader applies it beats the halo kernel
-  // (both on cp.async then) on GEMMs of more than 64 columns (fp32: seedA forward
-  // 2.657 -> 2.314 ms) and on 16-bit grad_input (seedB bf16 1.354 -> 1.223; seedA
-  // loses 1.5%, 1.750 -> 1.776); the halo kernel keeps 16-bit forward (seedB bf16
-  // 1.429 vs 1.546) and fp32 with <= 64 columns (seedB 2.073 vs 2.396, seedA
-  // grad_input 2.949 vs 3.449). perf-log v5. (With its own TMA loader, v5.1, the
-  // halo kernel's 16-bit grad_input on seedB measured 1.221-1.232 ms: a tie.)
+  // (both on cp.async then) on GEMMs of more than 64 columns (fp32, dense stride-1 with
+  // 128 outputs per group, forward: 2.657 -> 2.314 ms) and on 16-bit grad_input (dense
+  // stride-1, bf16: 64 outputs per group 1.354 -> 1.223; 128 loses 1.5%, 1.750 -> 1.776);
+  // the halo kernel keeps 16-bit forward (64 outputs per group, bf16: 1.429 vs 1.546) and
+  // fp32 with <= 64 columns (64 outputs per group 2.073 vs 2.396; 128 outputs per group,
+  // grad_input: 2.949 vs 3.449). (With its own TMA loader the halo kernel's 16-bit
+  // grad_input with 64 outputs per group measured 1.221-1.232 ms: a tie.)
   if (math == MathMode::kIEEE || use_wgmma(prm) == false) return true;
   const bool bits16 = dt != DType::kFloat;
   if (!(prm.Nc > 64 || (bits16 && prm.mode == IgemmMode::kDgrad))) return true;

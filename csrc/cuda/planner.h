@@ -1,0 +1,60 @@
+// The planner: which algorithm computes each pass of a problem, and the candidates that
+// autotune times. One place for every kernel choice of the CUDA backend (docs/design.md,
+// "The planner"); the op glue (convt2d_cuda.cpp) only runs what it returns. Plain C++: no
+// torch headers.
+#pragma once
+#include <vector>
+
+#include "common/algo.h"
+#include "cuda/common/kernels.h"
+
+namespace convt2d {
+namespace cuda {
+
+// Everything a choice depends on besides the override: the problem, the number format,
+// the device and the operands' layouts.
+struct Query {
+  Problem p;
+  DType dt = DType::kFloat;
+  MathMode math = MathMode::kDefault;
+  bool sm80 = false;       // compute capability 8.0+ (mma.sync, cp.async)
+  bool wgmma = false;      // an sm_90a build on a 9.0 device (wgmma, TMA)
+  // forward
+  bool x_nchw = false;     // x contiguous NCHW
+  bool x_unit_w = false;   // x.stride(3) == 1
+  bool out_nchw = false;   // the output contiguous NCHW
+  // backward
+  bool go_nchw = false;    // grad_output contiguous NCHW
+  bool go_unit_w = false;  // grad_output.stride(3) == 1
+  bool want_gi = false, want_gw = false;
+};
+
+// An algorithm's conditions: whether it can take the query's pass (fwd, dgrad or wgrad by
+// the algorithm). A launcher may still decline (grid limits, alignment): the glue then
+// runs the next algorithm of the plan.
+bool can_implement(Algo a, const Query& q);
+
+// Forward: the algorithms to try in order, each until one launches; the last never
+// declines. forced (CONVT2D_ALGO fwd:) goes first where it can take the problem.
+std::vector<Algo> plan_forward(const Query& q, Algo forced);
+// The forward candidates autotune times besides the plan's first choice.
+std::vector<Algo> forward_candidates(const Query& q);
+
+// The backward's problem transform: kTapGather where grad_output gathered per tap makes
+// both gradients 1x1 problems, else kStrided.
+Algo plan_backward_transform(const Query& q, Algo forced);
+
+// grad_input (query: the problem the gradients run on, after the transform).
+Algo plan_grad_input(const Query& q, Algo forced);
+std::vector<Algo> grad_input_candidates(const Query& q);
+
+// grad_weight, and whether its tensorop kernel reads NCHW x as it is (else a channels-last
+// copy; var: the override's wgrad_x).
+Algo plan_grad_weight(const Query& q, Algo forced);
+bool grad_weight_reads_nchw_x(const Query& q, const Variant& var);
+
+// IgemmParams::ws for an implicit-GEMM algorithm (-1: the launcher's choice).
+int igemm_kernel_select(Algo a);
+
+}  // namespace cuda
+}  // namespace convt2d

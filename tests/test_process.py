@@ -121,3 +121,63 @@ def test_build_records_what_it_is():
             assert info["gpu_code"], info
             if torch.cuda.get_device_capability() == (9, 0) and b["wgmma"]:
                 assert any("wgmma" in f for f in info["kernel_families"]), info
+
+
+# pthread_create interposed (LD_PRELOAD): after `convt2d_test_allow_threads` more thread
+# creations, every further one fails with EAGAIN, as under a thread or memory limit.
+_PTHREAD_SHIM = r'''
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+int convt2d_test_allow_threads = -1; /* creations still allowed; -1: no limit */
+typedef int (*create_fn)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+int pthread_create(pthread_t* t, const pthread_attr_t* a, void* (*f)(void*), void* arg) {
+  static create_fn real;
+  if (!real) real = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+  if (convt2d_test_allow_threads == 0) return EAGAIN;
+  if (convt2d_test_allow_threads > 0) --convt2d_test_allow_threads;
+  return real(t, a, f, arg);
+}
+'''
+
+_THREAD_LIMIT_WORKLOAD = r'''
+import ctypes, sys, torch, convt2d
+torch.manual_seed(0)
+torch.set_num_threads(4)
+x = torch.randn(8, 64, 32, 32, dtype=torch.float64, requires_grad=True)
+w = torch.randn(64, 16, 3, 3, dtype=torch.float64, requires_grad=True)
+ref = torch.nn.functional.conv_transpose2d(x, w, None, 2, 1)
+gref = torch.autograd.grad(ref.square().sum(), [x, w])
+# From here one more thread can start, then none.
+ctypes.c_int.in_dll(ctypes.CDLL(sys.argv[1]), "convt2d_test_allow_threads").value = 1
+y = convt2d.forward(x, w, None, 2, 1, 0, 1, 1)
+g = torch.autograd.grad(y.square().sum(), [x, w])
+err = max([((y - ref).norm() / ref.norm()).item()] +
+          [((a - b).norm() / b.norm()).item() for a, b in zip(g, gref)])
+print("THREAD_LIMIT_DONE", err)
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD interposition")
+def test_cpu_kernels_survive_thread_creation_failure(tmp_path):
+    """The CPU kernels start their own threads. When a thread cannot be started (a thread or
+    memory limit) after others have, the work runs on the calling thread and the result is
+    right. Before, the unwinding destroyed the started, still joinable std::thread objects and
+    std::terminate aborted the process ("terminate called without an active exception")."""
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "shim.c"
+    src.write_text(_PTHREAD_SHIM)
+    lib = tmp_path / "shim.so"
+    subprocess.run([cc, "-shared", "-fPIC", str(src), "-o", str(lib), "-ldl"], check=True)
+    env = dict(os.environ, LD_PRELOAD=str(lib))
+    r = subprocess.run([sys.executable, "-c", _THREAD_LIMIT_WORKLOAD, str(lib)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and "terminate called" not in r.stderr, (r.returncode,
+                                                                      r.stderr[-2000:])
+    err = float(r.stdout.split("THREAD_LIMIT_DONE")[1].split()[0])
+    assert err < 1e-12, err

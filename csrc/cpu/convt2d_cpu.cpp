@@ -245,7 +245,11 @@ inline int pick_cfg(int64_t C, const std::vector<RowShape>& segs, int L) {
 // then torch's OpenMP team is used. Without it, plain std::threads are
 // started per parallel region (tens of microseconds each; safe after fork(),
 // unlike a persistent pool inherited from the parent). body(tid) runs once
-// per tid in [0, nt); exceptions are passed to the caller.
+// per tid in [0, nt); exceptions are passed to the caller. A thread that cannot be
+// started (std::system_error: a thread or memory limit) is not an error: its tids run on
+// the calling thread. (A std::vector<std::thread> unwound by that exception would
+// destroy joinable threads, and std::terminate would abort the process with
+// "terminate called without an active exception".)
 // ---------------------------------------------------------------------------
 template <typename F> void run_threads(int64_t nt, const F& body) {
 #if defined(_OPENMP)
@@ -264,9 +268,14 @@ template <typename F> void run_threads(int64_t nt, const F& body) {
     }
   };
   std::vector<std::thread> th;
-  th.reserve(size_t(nt - 1));
-  for (int64_t i = 1; i < nt; ++i) th.emplace_back(guarded, i);
+  int64_t started = 1;
+  try {
+    th.reserve(size_t(nt - 1));
+    for (; started < nt; ++started) th.emplace_back(guarded, started);
+  } catch (const std::exception&) {  // std::system_error, std::bad_alloc: run the rest here
+  }
   guarded(0);
+  for (int64_t i = started; i < nt; ++i) guarded(i);
   for (auto& t : th) t.join();
   if (err) std::rethrow_exception(err);
 #endif

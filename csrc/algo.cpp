@@ -4,17 +4,21 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 
 namespace convt2d {
 namespace {
 
-const char* const kAlgoNames[int(Algo::kCount)] = {
+const char* const kAlgoNames[] = {  // in Algo's order
     "narrow_output",  "direct",           "direct_tensorop",     "direct_simt",
     "patch_gemm",     "implicit_gemm",    "implicit_gemm_mma",   "implicit_gemm_wgmma",
-    "implicit_gemm_wgmma_ws", "implicit_gemm_halo", "implicit_gemm_simt", "wgmma_nchw",
-    "tensorop",       "simt",             "tap_gather",          "strided",
+    "implicit_gemm_wgmma_ws", "implicit_gemm_halo", "implicit_gemm_simt", "direct",
+    "implicit_gemm_padded", "wgmma_nchw", "tensorop", "simt", "direct", "tensorop_padded",
+    "tap_gather",     "strided",
     "avx2",           "baseline"};
+
+static_assert(std::size(kAlgoNames) == size_t(Algo::kCount), "a name per algorithm");
 
 const char* const kPassNames[int(Pass::kCount)] = {"fwd", "dgrad", "wgrad", "bwd", "cpu"};
 
@@ -24,8 +28,8 @@ struct Range {
 };
 const Range kPassAlgos[int(Pass::kCount)] = {
     {Algo::kNarrowOutput, Algo::kImplicitGemmSimt},
-    {Algo::kImplicitGemm, Algo::kImplicitGemmSimt},
-    {Algo::kWgradWgmmaNchw, Algo::kWgradSimt},
+    {Algo::kImplicitGemm, Algo::kDgradPadded},
+    {Algo::kWgradWgmmaNchw, Algo::kWgradPadded},
     {Algo::kTapGather, Algo::kStrided},
     {Algo::kCpuAvx2, Algo::kCpuBaseline}};
 

@@ -919,7 +919,9 @@ _WGRAD_KM_CFGS = [
 def test_grad_weight_km(cfg, mode, monkeypatch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma kernels run on compute capability 9.0")
-    _algo(monkeypatch, _algos("bwd:strided", "wgrad:wgmma_nchw" if mode == "fp32" else None))
+    # (forced in both modes: on small layers the planner's cost model may prefer the direct
+    # kernel for fp32 with TF32 off too)
+    _algo(monkeypatch, "bwd:strided,wgrad:wgmma_nchw")
     x, w, b = cfg.make(torch.float32, "cuda")
     k = cfg.kwargs()
     args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
@@ -929,8 +931,7 @@ def test_grad_weight_km(cfg, mode, monkeypatch):
         names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
                                                                  [False, True, False]))
         assert any("tc_wgrad_km_kernel" in n for n in names), names
-        if mode == "fp32":
-            assert _ran("wgrad") == "wgmma_nchw", convt2d.last_algorithms()
+        assert _ran("wgrad") == "wgmma_nchw", convt2d.last_algorithms()
         # only grad_weight asked: no channels-last copy of anything
         assert not any("nchw_to_nhwc" in n for n in names), names
         check(x, w, b, k, what=f"km {mode} ")
@@ -1150,10 +1151,11 @@ def test_direct_kernel_shapes(cfg, dtype, layout, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_direct_tc_kernel_runs(dtype, monkeypatch):
-    """seedC- and seedD-like 16-bit forwards, and fp32 ones with TF32 allowed (torch's
-    default), run the tensor-core direct kernel by default and the CUDA-core one with
-    CONVT2D_ALGO=fwd:direct_simt; both match the float64 reference. fp32 with TF32 off never
-    runs it. One input pixel is +inf: the outputs it reaches are inf, no output is NaN (the
+    """Memory-bound 16-bit forwards (one tap per phase; 8 channels per group), and fp32 ones
+    with TF32 allowed (torch's default), run the tensor-core direct kernel with
+    CONVT2D_ALGO=fwd:direct_tensorop (the planner takes it by default where the layer is large
+    enough to repay the weight packing) and the CUDA-core one with fwd:direct_simt; both
+    match the float64 reference. fp32 with TF32 off never runs it. One input pixel is +inf: the outputs it reaches are inf, no output is NaN (the
     kernel pads odd K-item counts with zeros on both operands, never x * 0)."""
     cfgs = [Cfg(2, 32, 64, 12, 20, k=3, stride=5, padding=1, dilation=2, bias=True),
             Cfg(2, 32, 64, 10, 14, k=(3, 5), stride=(2, 3), padding=(1, 2), dilation=(2, 1),
@@ -1171,19 +1173,18 @@ def test_direct_tc_kernel_runs(dtype, monkeypatch):
 
 def _direct_tc_runs(cfgs, dtype, monkeypatch):
     for cfg in cfgs:
-        for spec, want in [(None, True), ("fwd:direct_simt", False)]:
+        for spec, want in [("fwd:direct_tensorop", True), ("fwd:direct_simt", False)]:
             _algo(monkeypatch, spec)
             x, w, b = cfg.make(dtype, "cuda")
             names = _kernel_names(lambda: convt2d.forward(x, w, b, **cfg.kwargs()))
             assert any("direct_tc_kernel" in n for n in names) == want, (cfg.id(), spec, names)
-            if spec is not None:
-                assert _ran("fwd") == "direct_simt", convt2d.last_algorithms()
-            check(x, w, b, cfg.kwargs(), backward=False, what=f"direct {spec or 'default'} ")
+            assert _ran("fwd") == spec.split(":")[1], convt2d.last_algorithms()
+            check(x, w, b, cfg.kwargs(), backward=False, what=f"direct {spec} ")
         for nt in ("8", "4", "2"):  # 64, 32, 16 output channels per block (default cap: 32)
-            _algo(monkeypatch, f"direct_nt={nt}")
+            _algo(monkeypatch, f"fwd:direct_tensorop,direct_nt={nt}")
             x, w, b = cfg.make(dtype, "cuda")
             check(x, w, b, cfg.kwargs(), backward=False, what=f"direct_tc nt={nt} ")
-        _algo(monkeypatch, None)
+        _algo(monkeypatch, "fwd:direct_tensorop")
         x, w, b = cfg.make(dtype, "cuda")
         x[1, 3, 4, 5] = float("inf")
         w = w.abs() + 0.1
@@ -1548,3 +1549,97 @@ def test_every_backward_algorithm_forced(pass_, name, dtype, cfg, mask, monkeypa
         _backward_here(cfg, x, w, mask)
     _assert_ran(pass_, name)
     assert _ran("bwd") == "strided", convt2d.last_algorithms()
+
+
+# The direct gradients (grad_input/dgrad_direct.cu, grad_weight/wgrad_direct.cu): depthwise
+# (CenterNet-style k=4 s=2 upsampling, k=3 s=1), grouped with 2-8 channels per group, few
+# output channels (an RGB layer, 1 output channel), one input channel, dilation, output
+# padding, padding that crops taps, a tap reach beyond the image, odd sizes, a 1x1 image.
+_DIRECT_GRAD_CFGS = [
+    Cfg(2, 16, 16, 9, 11, k=4, stride=2, padding=1, groups=16, bias=True),
+    Cfg(3, 24, 24, 7, 6, k=3, stride=1, padding=1, groups=24, bias=False),
+    Cfg(2, 12, 20, 5, 9, k=(3, 2), stride=(2, 3), dilation=(2, 1), output_padding=(1, 0),
+        groups=4),
+    Cfg(2, 64, 3, 8, 8, k=4, stride=2, padding=1, bias=True),
+    Cfg(3, 5, 1, 6, 7, k=3, stride=2, padding=2),
+    Cfg(2, 1, 7, 5, 5, k=(5, 3), stride=1, padding=(0, 1)),
+    Cfg(1, 6, 6, 1, 1, k=3, stride=3, groups=3, bias=False),
+    Cfg(4, 8, 16, 3, 70, k=(1, 9), stride=(1, 4), padding=(0, 4), groups=8),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp64"])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _DIRECT_GRAD_CFGS, ids=lambda c: c.id())
+def test_direct_gradients_forced(cfg, dtype, layout, monkeypatch):
+    _algo(monkeypatch, "dgrad:direct,wgrad:direct,bwd:strided")
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+          "fp64": torch.float64}[dtype]
+    x, w, b = cfg.make(dt, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    check(x, w, b, cfg.kwargs(), what=f"direct grads {layout} {dtype} ")
+    _backward_here(cfg, x, w, [True, True, False])
+    assert _ran("dgrad") == "direct" and _ran("wgrad") == "direct", convt2d.last_algorithms()
+
+
+def test_direct_gradients_deterministic(monkeypatch):
+    """grad_weight of the direct kernel over many pixel splits is bitwise the same run to run."""
+    _algo(monkeypatch, "wgrad:direct")
+    cfg = Cfg(16, 32, 32, 40, 40, k=4, stride=2, padding=1, groups=32)
+    x, w, _ = cfg.make(torch.float32, "cuda")
+    gy = torch.randn(cfg.out_shape(), device="cuda")
+    k = cfg.kwargs()
+    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
+            list(k["dilation"]), [False, True, False]]
+    a = torch.ops.convt2d.backward(gy, x, w, *args)[1]
+    b = torch.ops.convt2d.backward(gy, x, w, *args)[1]
+    assert torch.equal(a, b)
+
+
+def test_depthwise_backward_runs_direct_by_default(monkeypatch):
+    """A depthwise k=4 s=2 upsampling layer's gradients go to the direct kernels (cost model:
+    the implicit GEMM's tiles would be 1/64 useful); a dense 64-channel layer's do not."""
+    _algo(monkeypatch, None)
+    for cfg, want in [(Cfg(4, 64, 64, 16, 16, k=4, stride=2, padding=1, groups=64), "direct"),
+                      (Cfg(4, 64, 64, 16, 16, k=3, stride=1, padding=1), None)]:
+        x, w, _ = cfg.make(torch.bfloat16, "cuda")
+        _backward_here(cfg, x, w, [True, True, False])
+        got = (_ran("dgrad"), _ran("wgrad"))
+        if want:
+            assert got == (want, want), convt2d.last_algorithms()
+        else:
+            assert "direct" not in got, convt2d.last_algorithms()
+
+
+# Channels zero-padded to whole 16-byte chunks so the tensor-core kernels take them
+# (implicit_gemm_padded for grad_input, tensorop_padded for grad_weight): an RGB output layer,
+# 21 and 5 channels, one channel, groups of 3 and 6 channels, stride, dilation, output padding.
+_PADDED_CFGS = [
+    Cfg(2, 64, 3, 8, 8, k=4, stride=2, padding=1, bias=True),
+    Cfg(3, 21, 40, 7, 9, k=3, stride=1, padding=1),
+    Cfg(2, 5, 1, 6, 7, k=(3, 2), stride=(2, 1), dilation=(1, 2), output_padding=(1, 0)),
+    Cfg(2, 12, 18, 5, 6, k=3, stride=2, padding=1, groups=3, bias=False),
+    Cfg(1, 3, 64, 9, 10, k=7, stride=3, padding=2),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-ieee"])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _PADDED_CFGS, ids=lambda c: c.id())
+def test_padded_gradients_forced(cfg, dtype, layout, monkeypatch):
+    _algo(monkeypatch, "dgrad:implicit_gemm_padded,wgrad:tensorop_padded,bwd:strided")
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+    x, w, b = cfg.make(dt, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=dtype != "fp32-ieee"):
+        check(x, w, b, cfg.kwargs(), what=f"padded {layout} {dtype} ")
+        _backward_here(cfg, x, w, [True, True, False])
+    ran = convt2d.last_algorithms()
+    cig, cog = cfg.Cin // cfg.groups, cfg.Cout // cfg.groups
+    chunk = 4 if dt == torch.float32 else 8
+    if cog % chunk:
+        assert ran["dgrad"] == "implicit_gemm_padded", ran
+    if cig % chunk or cog % chunk:
+        assert ran["wgrad"] == "tensorop_padded", ran

@@ -31,10 +31,15 @@ enum class Algo : int {
   kImplicitGemmWgmmaWs, // Hopper wgmma, warp-specialised 256-row tiles
   kImplicitGemmHalo,    // Hopper wgmma over one staged source halo (igemm_halo_sm90.cu)
   kImplicitGemmSimt,    // CUDA cores, any dtype (fp64)
+  // grad_input only
+  kDgradDirect,         // grad_input/dgrad_direct.cu: few channels per group, CUDA cores
+  kDgradPadded,         // implicit GEMM on tensor cores, Cout/groups zero-padded to 16-byte chunks
   // grad_weight
   kWgradWgmmaNchw,      // grad_weight/wgrad_nchw_sm90.cu: fp32 from the NCHW tensors
   kWgradTensorOp,       // grad_weight/wgrad_tensor_core.cu: mma.sync / wgmma tiles
   kWgradSimt,           // grad_weight/wgrad_cuda_core.cu
+  kWgradDirect,         // grad_weight/wgrad_direct.cu: few weight elements, pixels split
+  kWgradPadded,         // tensorop with Cin/groups and Cout/groups zero-padded to 16-byte chunks
   // backward transform
   kTapGather,           // grad_output gathered per tap; both gradients as 1x1 problems
   kStrided,             // the strided problem as it is

@@ -402,6 +402,15 @@ void run_wgrad_v1(cuda::WgradParams& prm, const at::Tensor& input, const at::Ten
   check_launch(cuda::launch_wgrad(prm, dt, math, st), "grad_weight");
 }
 
+// t [N, G*c, H, W] (any layout) as a channels-last [N, G*cp, H, W] copy whose channels
+// c..cp-1 of each group are zero: the padded algorithms' operands (16-byte channel chunks).
+at::Tensor pad_group_channels(const at::Tensor& t, int64_t G, int64_t c, int64_t cp) {
+  const int64_t N = t.size(0), H = t.size(2), W = t.size(3);
+  auto out = at::zeros({N, H, W, G, cp}, t.options());
+  out.narrow(4, 0, c).copy_(t.reshape({N, G, c, H, W}).permute({0, 3, 4, 1, 2}));
+  return out.view({N, H, W, G * cp}).permute({0, 3, 1, 2});
+}
+
 // The planner's query for a call: problem, number format, device, layouts.
 cuda::Query make_query(const Problem& p, DType dt, MathMode math) {
   cuda::Query q;
@@ -544,37 +553,82 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   const auto gi_format = suggest_memory_format(input, weight);
   // The planner's query for problem pp with grad_output go (the strided problem, or the 1x1
   // problem of the tap gather).
-  auto query = [&](const Problem& pp, const at::Tensor& go) {
+  auto query = [&](const Problem& pp, const at::Tensor& go, const at::Tensor& x, bool want_gi,
+                   bool want_gw) {
     cuda::Query q = make_query(pp, dt, math);
-    q.x_nchw = input.is_contiguous();
-    q.x_unit_w = input.stride(3) == 1;
+    q.x_nchw = x.is_contiguous();
+    q.x_unit_w = x.stride(3) == 1;
     q.go_nchw = go.is_contiguous();
     q.go_unit_w = go.stride(3) == 1;
-    q.want_gi = output_mask[0];
-    q.want_gw = output_mask[1];
+    q.want_gi = want_gi;
+    q.want_gw = want_gw;
     return q;
   };
   // gi and gw (its layout set at the end) for the problem p (the lambda's own, which
   // hides the caller's) from grad_output go (NCHW or channels-last) and the weight wv
   // ([Cin][Cog][kh][kw] of that problem).
-  auto grads = [&](const at::Tensor& go, const at::Tensor& wv, const Problem& p) {
-    const cuda::Query q = query(p, go);
-    const Algo wgrad = output_mask[1] && p.N > 0
+  std::function<std::pair<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                   const Problem&, const at::Tensor&, bool, bool)>
+      grads;
+  grads = [&](const at::Tensor& go, const at::Tensor& wv, const Problem& p, const at::Tensor& x,
+              bool want_gi, bool want_gw) -> std::pair<at::Tensor, at::Tensor> {
+    at::Tensor gi = not_requested(x), gw = not_requested(x);
+    const cuda::Query q = query(p, go, x, want_gi, want_gw);
+    // Channels padded to whole 16-byte chunks (implicit_gemm_padded, tensorop_padded): the
+    // gradients of the padded problem on tensor cores, then the real channels.
+    const int64_t G = p.groups, cig = p.cin_g(), cog = p.cout_g();
+    if (want_gi && cuda::plan_grad_input(q, ov.get(Pass::kGradInput)) == Algo::kDgradPadded) {
+      const int64_t cop = cuda::padded_channels(cog, dt);
+      Problem pp = p;
+      pp.Cout = G * cop;
+      const at::Tensor w_p = at::constant_pad_nd(wv, {0, 0, 0, 0, 0, cop - cog});
+      gi = grads(pad_group_channels(go, G, cog, cop), w_p, pp, x, true, false).first;
+      record_algorithm(Pass::kGradInput, Algo::kDgradPadded);
+      want_gi = false;
+    }
+    if (want_gw && p.N > 0 &&
+        cuda::plan_grad_weight(q, ov.get(Pass::kGradWeight)) == Algo::kWgradPadded) {
+      const int64_t cip = cuda::padded_channels(cig, dt), cop = cuda::padded_channels(cog, dt);
+      Problem pp = p;
+      pp.Cin = G * cip;
+      pp.Cout = G * cop;
+      const at::Tensor w_shape = at::empty({pp.Cin, cop, p.kh, p.kw}, wv.options());
+      const at::Tensor gwp = grads(pad_group_channels(go, G, cog, cop), w_shape, pp,
+                                   pad_group_channels(x, G, cig, cip), false, true).second;
+      gw = gwp.view({G, cip, cop, p.kh, p.kw}).narrow(1, 0, cig).narrow(2, 0, cog)
+               .reshape({p.Cin, cog, p.kh, p.kw});
+      record_algorithm(Pass::kGradWeight, Algo::kWgradPadded);
+      want_gw = false;
+    }
+    if (!want_gi && !want_gw) return {gi, gw};
+    const Algo wgrad = want_gw && p.N > 0
                            ? cuda::plan_grad_weight(q, ov.get(Pass::kGradWeight))
                            : Algo::kNone;
     // grad_weight on tensor cores reads go channels-last, and the channels-last go is shared
     // with grad_input (which reads it so too); the NCHW grad_weight kernel reads go as it is.
     const bool km = wgrad == Algo::kWgradWgmmaNchw;
     const bool tc_wgrad = km || wgrad == Algo::kWgradTensorOp;
-    const at::Tensor gout = tc_wgrad && !(km && !output_mask[0]) ? to_channels_last(go, st) : go;
+    const at::Tensor gout = tc_wgrad && !(km && !want_gi) ? to_channels_last(go, st) : go;
 
-    if (output_mask[0]) {
-      gi = at::empty(input.sizes(), input.options().memory_format(gi_format));
+    if (want_gi) {
+      gi = at::empty(x.sizes(), x.options().memory_format(gi_format));
       if (gi.numel() > 0) {
         const Algo dgrad = cuda::plan_grad_input(q, ov.get(Pass::kGradInput));
         auto run = [&](int c) {
-          run_igemm(cuda::IgemmMode::kDgrad, gout, gi, wv, at::Tensor(), p, dt, math, st,
-                    c == tuning::kHeuristic ? dgrad : Algo(c), ov.var);
+          const Algo a = c == tuning::kHeuristic ? dgrad : Algo(c);
+          if (a == Algo::kDgradDirect) {
+            // grad_output as it is (any layout), the weight contiguous.
+            const at::Tensor wc = wv.contiguous();
+            cuda::DirectGradParams dp;
+            dp.p = p;
+            dp.gout = ref(go);
+            dp.gin = ref(gi);
+            dp.w = wc.data_ptr();
+            check_launch(cuda::launch_dgrad_direct(dp, dt, st), "grad_input (direct)");
+            return;
+          }
+          run_igemm(cuda::IgemmMode::kDgrad, gout, gi, wv, at::Tensor(), p, dt, math, st, a,
+                    ov.var);
         };
         int c = tuning::kHeuristic;
         if (autotune_on())
@@ -584,7 +638,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         record_algorithm(Pass::kGradInput, c == tuning::kHeuristic ? dgrad : Algo(c));
       }
     }
-    if (output_mask[1]) {
+    if (want_gw) {
       if (p.N == 0) {
         gw = at::zeros(wv.sizes(), wv.options());
       } else {
@@ -594,6 +648,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         prm.gw = gw.data_ptr();
         prm.var = ov.var;
         Algo ran = Algo::kNone;
+        if (wgrad == Algo::kWgradDirect) {
+          const cuda::DirectWgradPlan plan = cuda::wgrad_direct_plan(p, dt, sms);
+          cuda::DirectGradParams dp;
+          dp.p = p;
+          dp.x = ref(x);
+          dp.gout = ref(go);
+          dp.gw = gw.data_ptr();
+          dp.splits = plan.splits;
+          dp.pix_per_split = plan.pix_per_split;
+          auto ws = at::empty({plan.ws_elems},
+                              x.options().dtype(dt == DType::kDouble ? at::kDouble : at::kFloat));
+          dp.workspace = ws.data_ptr();
+          check_launch(cuda::launch_wgrad_direct(dp, dt, st), "grad_weight (direct)");
+          ran = Algo::kWgradDirect;
+        }
         if (km) {
           // TMA needs 16-byte row strides: rows whose width is not a multiple of 4 floats
           // are copied into a padded buffer first.
@@ -607,7 +676,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
             v.copy_(t);
             return v;
           };
-          const at::Tensor xk = rows16(input);
+          const at::Tensor xk = rows16(x);
           at::Tensor gk;
           if (p.sw == 1) {
             gk = rows16(go);
@@ -635,7 +704,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
             const cuda::TcWgradPlan plan = cuda::tc_wgrad_km_plan(p, sms);
             prm.splits = plan.splits;
             prm.k_per_split = plan.k_per_split;
-            auto ws = at::empty({plan.ws_elems}, input.options().dtype(at::kFloat));
+            auto ws = at::empty({plan.ws_elems}, x.options().dtype(at::kFloat));
             prm.workspace = ws.data_ptr();
             check_launch(cuda::launch_tc_wgrad_km(prm, math, st), "grad_weight (wgmma, NCHW)");
             ran = Algo::kWgradWgmmaNchw;
@@ -647,10 +716,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
           const at::Tensor gcl = gout.is_same(go) && !go.is_contiguous(at::MemoryFormat::ChannelsLast)
                                      ? to_channels_last(go, st)
                                      : gout;
-          prm.x = ref(input);
+          prm.x = ref(x);
           prm.gout = ref(gcl);
           if (prm.x_nchw && !cuda::tc_wgrad_supported(prm, dt)) prm.x_nchw = false;
-          const at::Tensor x2 = prm.x_nchw ? input : to_channels_last(input, st);
+          const at::Tensor x2 = prm.x_nchw ? x : to_channels_last(x, st);
           prm.x = ref(x2);
           if (cuda::tc_wgrad_supported(prm, dt)) {
             auto run = [&](int tile) {
@@ -659,7 +728,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
               prm.tile = tile;
               prm.splits = plan.splits;
               prm.k_per_split = plan.k_per_split;
-              auto ws = at::empty({plan.ws_elems}, input.options().dtype(at::kFloat));
+              auto ws = at::empty({plan.ws_elems}, x.options().dtype(at::kFloat));
               prm.workspace = ws.data_ptr();
               check_launch(cuda::launch_tc_wgrad(prm, dt, math, st), "grad_weight (tensor cores)");
             };
@@ -676,19 +745,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
               }();
               std::vector<Candidate> tiles{{tuning::kHeuristic, "heuristic"}};
               for (int t = 0; t < cuda::kTcWgradTiles; ++t) tiles.push_back({t, names[t].c_str()});
-              tile = autotune(tune_key("wgrad", p, dt, math, input, weight, false), tiles, run, st);
+              tile = autotune(tune_key("wgrad", p, dt, math, x, weight, false), tiles, run, st);
             }
             run(tile);
             ran = Algo::kWgradTensorOp;
           }
         }
         if (ran == Algo::kNone) {
-          run_wgrad_v1(prm, input, go, dt, math, sms, st);
+          run_wgrad_v1(prm, x, go, dt, math, sms, st);
           ran = Algo::kWgradSimt;
         }
         record_algorithm(Pass::kGradWeight, ran);
       }
     }
+    return {gi, gw};
   };
 
   // The backward transform (planner): grad_output gathered per tap (common/layout_kernels.cu,
@@ -696,7 +766,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   // weight viewed as [Cin][Cog*kh*kw][1][1].
   const int64_t kk = p.kh * p.kw;
   bool gathered = false;
-  if (cuda::plan_backward_transform(query(p, grad_output), ov.get(Pass::kBackward)) ==
+  if (cuda::plan_backward_transform(query(p, grad_output, input, output_mask[0], output_mask[1]),
+                                    ov.get(Pass::kBackward)) ==
       Algo::kTapGather) {
     Problem p1 = p;
     p1.Cout = p.Cout * kk;
@@ -709,12 +780,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
                                                   int(grad_output.element_size()), st);
     if (e != cudaErrorInvalidValue) {
       check_launch(e, "grad_output tap gather");
-      grads(g2, weight.contiguous().view({p.Cin, p.cout_g() * kk, 1, 1}), p1);
+      std::tie(gi, gw) = grads(g2, weight.contiguous().view({p.Cin, p.cout_g() * kk, 1, 1}), p1,
+                               input, output_mask[0], output_mask[1]);
       if (gw.defined() && gw.numel() > 0) gw = gw.view(weight.sizes());
       gathered = true;
     }
   }
-  if (!gathered) grads(grad_output, weight, p);
+  if (!gathered)
+    std::tie(gi, gw) = grads(grad_output, weight, p, input, output_mask[0], output_mask[1]);
   record_algorithm(Pass::kBackward, gathered ? Algo::kTapGather : Algo::kStrided);
   if (output_mask[1]) gw = gw.contiguous(weight.suggest_memory_format());
   if (output_mask[2]) {

@@ -25,7 +25,163 @@ constexpr double kNarrowMinK = 16;
 
 bool tensor_cores(const Query& q) { return q.sm80 && q.dt != DType::kDouble; }
 
+// ---- the cost model ----------------------------------------------------------------------
+// An algorithm's time = its kernel and copy launches x kLaunch + max(bytes / bandwidth, work /
+// rate), with its work padded to its tiles and its rate scaled by how much of the GPU its grid
+// fills. Round-number rates of an H100-class GPU, checked against every candidate timed on a
+// 100-layer sweep (scripts/calibrate.py, docs/design.md "The planner"): they rank candidates
+// well (the choice within 10% of the best on 80-90% of layers), but absolute times are off by
+// up to 3x, so a forward choice of the measured rules is replaced only for a 2x prediction.
+constexpr double kLaunch = 5e-6;             // s per kernel / copy launch (host + gap)
+constexpr double kBandwidth = 2.4e12;        // bytes/s, achieved
+constexpr double kGemmBlocks = 264;          // implicit-GEMM blocks that fill the GPU
+constexpr double kDirectThreads = 2048 * 132;  // direct-gradient threads that fill it
+constexpr double kDirectPixels = 64 * 132;   // direct / narrow forward output pixels that do
+constexpr double kNarrowRate = 8e12;         // FLOP/s, narrow forward (fp32 FMA)
+constexpr double kDirectSimtRate = 4e12;     // FLOP/s, CUDA-core direct forward
+constexpr double kDirectTcRate = 25e12;      // FLOP/s, tensor-core direct forward
+constexpr double kDirectDgradRate = 2.0e12;  // products/s (the weight load is warp-uniform)
+constexpr double kDirectWgradRate = 1.5e12;  // products/s (two loads each)
+
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+int64_t elem_bytes(DType dt) {
+  return dt == DType::kDouble ? 8 : dt == DType::kFloat ? 4 : 2;
+}
+// Effective GEMM rate (FLOP/s) on tensor cores or CUDA cores.
+double gemm_rate(const Query& q, bool tensor) {
+  if (!tensor) return q.dt == DType::kDouble ? 5e12 : 15e12;
+  if (q.dt == DType::kHalf || q.dt == DType::kBFloat16) return 300e12;
+  return q.math == MathMode::kIEEE ? 50e12 : 150e12;
+}
+double fill(double work_units, double full) { return std::min(1.0, std::max(work_units, 1.0) / full); }
+
+// Forward: bytes of x, out and the weight; FLOPs of the taps that reach each phase.
+double fwd_time(Algo a, const Query& q) {
+  const Problem& p = q.p;
+  const double kk = double(p.kh * p.kw), phases = double(p.sh * p.sw);
+  const double pix = double(p.N * p.Ho * p.Wo);
+  const double bytes = double(elem_bytes(q.dt)) *
+                       double(p.N * p.Cin * p.H * p.W + p.N * p.Cout * p.Ho * p.Wo +
+                              p.Cin * p.cout_g() * p.kh * p.kw);
+  const double flops = 2.0 * pix * double(p.Cout) * double(p.cin_g()) * kk / phases;
+  const double mem = bytes / kBandwidth;
+  switch (a) {
+    case Algo::kNarrowOutput:
+      return kLaunch + std::max(mem, flops / (kNarrowRate * fill(pix, kDirectPixels)));
+    case Algo::kDirectSimt:
+      return kLaunch + std::max(mem, flops / (kDirectSimtRate * fill(pix, kDirectPixels)));
+    case Algo::kDirect:
+    case Algo::kDirectTensorOp:  // + the weight packing (3 launches)
+      return 4 * kLaunch + std::max(mem, flops / (kDirectTcRate * fill(pix, kDirectPixels)));
+    case Algo::kPatchGemm:
+      return kLaunch + std::max(mem, 2.0 * double(p.N * p.H * p.W) * double(p.groups) *
+                                         double(round_up(p.cout_g() * p.kh * p.kw, 64)) *
+                                         double(p.cin_g()) / gemm_rate(q, true));
+    default: {  // the implicit GEMM per phase: M = that phase's pixels in 128-row tiles
+      const bool tensor = tensor_cores(q) && p.cin_g() % chunk_elems(q.dt) == 0;
+      const double m = double(round_up(std::max<int64_t>(1, p.N * p.Ho * p.Wo / (p.sh * p.sw)), 128));
+      const double blocks = m / 128 * double((p.cout_g() + 63) / 64) * double(p.groups) * phases;
+      const double f = 2.0 * m * phases * double(p.groups) *
+                       double(round_up(p.cout_g(), p.cout_g() <= 32 ? 32 : 64)) *
+                       double(round_up(p.cin_g(), tensor ? chunk_elems(q.dt) : 16)) * kk / phases;
+      return 3 * kLaunch + std::max(mem, f / (gemm_rate(q, tensor) * fill(blocks, kGemmBlocks)));
+    }
+  }
+}
+
+// Bytes every backward algorithm moves at least: grad_output, x, weight, both gradients.
+double backward_bytes(const Query& q) {
+  const Problem& p = q.p;
+  return double(elem_bytes(q.dt)) *
+         double(p.N * p.Cout * p.Ho * p.Wo + 2 * p.N * p.Cin * p.H * p.W +
+                2 * p.Cin * p.cout_g() * p.kh * p.kw);
+}
+// grad_input as the implicit GEMM: M = N*H*W pixels in 128-row tiles, N = Cin/groups in
+// 64-wide tiles, K = Cout/groups (padded to 16-byte chunks on tensor cores) x taps, per
+// group; the channels-last copy and the weight packing besides the kernel.
+double dgrad_gemm_time(const Query& q) {
+  const Problem& p = q.p;
+  const bool tensor = tensor_cores(q) && p.cout_g() % chunk_elems(q.dt) == 0;
+  const double m = double(round_up(p.N * p.H * p.W, 128));
+  const double blocks = m / 128 * double((p.cin_g() + 63) / 64) * double(p.groups);
+  const double flops = 2.0 * m * double(p.groups) * double(round_up(p.cin_g(), 64)) *
+                       double(round_up(p.cout_g(), tensor ? chunk_elems(q.dt) : 16) * p.kh * p.kw);
+  return (tensor ? 3 : 2) * kLaunch +
+         std::max(backward_bytes(q) / kBandwidth,
+                  flops / (gemm_rate(q, tensor) * fill(blocks, kGemmBlocks)));
+}
+// One thread per grad_input element.
+double dgrad_direct_time(const Query& q) {
+  const Problem& p = q.p;
+  const double n = double(p.N * p.Cin * p.H * p.W);
+  const double products = n * double(p.cout_g() * p.kh * p.kw);
+  return kLaunch + std::max(backward_bytes(q) / kBandwidth,
+                            products / (kDirectDgradRate * fill(n, kDirectThreads)));
+}
+// grad_weight: the tensorop kernel's GEMM has M = taps x Cout/groups (tiles of 128), N =
+// Cin/groups (tiles of 64), K = N*H*W split over the GPU (copies, kernel, reduction); the
+// CUDA-core one a GEMM per tap (kernel, reduction).
+double wgrad_time(Algo a, const Query& q) {
+  const Problem& p = q.p;
+  const double P = double(p.N * p.H * p.W), kk = double(p.kh * p.kw);
+  const double mem = backward_bytes(q) / kBandwidth;
+  switch (a) {
+    case Algo::kWgradDirect: {
+      // A warp reads `lanes` consecutive pixels of 32 / lanes weight elements: below 8 lanes
+      // (more than 32 weight elements per group) its loads stop coalescing, and the rate
+      // falls with the lanes.
+      const int64_t M = p.cin_g() * p.cout_g() * p.kh * p.kw;
+      const double lanes = double(256 / std::min<int64_t>(std::max<int64_t>(M, 1), 256));
+      const double eff = std::min(1.0, lanes / 8.0);
+      return 2 * kLaunch +
+             std::max(mem, double(p.Cin * p.cout_g()) * kk * P / (kDirectWgradRate * eff));
+    }
+    case Algo::kWgradWgmmaNchw:
+    case Algo::kWgradTensorOp:
+      return 4 * kLaunch +
+             std::max(mem, 2.0 * P * double(p.groups) *
+                               double(round_up(p.kh * p.kw * p.cout_g(), 128)) *
+                               double(round_up(p.cin_g(), 64)) / gemm_rate(q, true));
+    default:  // kWgradSimt
+      return 2 * kLaunch +
+             std::max(mem, 2.0 * P * double(p.groups) * kk * double(round_up(p.cout_g(), 128)) *
+                               double(round_up(p.cin_g(), 64)) / gemm_rate(q, false));
+  }
+}
+
+// The query with each group's input / output channels padded to cig / cog.
+Query padded(const Query& q, int64_t cig, int64_t cog) {
+  Query r = q;
+  r.p.Cin = q.p.groups * cig;
+  r.p.Cout = q.p.groups * cog;
+  r.x_nchw = false;  // the padded copies are channels-last
+  r.go_nchw = false;
+  r.x_unit_w = r.go_unit_w = false;
+  return r;
+}
+// Bytes of the zero-filled channels-last copies of the padded operands (written twice: the
+// zero fill and the copy; read once by the kernel's own pass over them).
+double pad_bytes(const Query& q, int64_t cig, int64_t cog, bool pad_x) {
+  const Problem& p = q.p;
+  double e = double(p.N * p.groups * cog * p.Ho * p.Wo);
+  if (pad_x) e += double(p.N * p.groups * cig * p.H * p.W);
+  return 2.0 * e * double(elem_bytes(q.dt));
+}
+double dgrad_padded_time(const Query& q) {  // + zero fill, copy, weight padding
+  const int64_t cog = round_up(q.p.cout_g(), chunk_elems(q.dt));
+  return 2 * kLaunch + dgrad_gemm_time(padded(q, q.p.cin_g(), cog)) +
+         pad_bytes(q, q.p.cin_g(), cog, false) / kBandwidth;
+}
+double wgrad_padded_time(const Query& q) {  // + two zero fills and copies, the slice
+  const int64_t c = chunk_elems(q.dt);
+  const int64_t cig = round_up(q.p.cin_g(), c), cog = round_up(q.p.cout_g(), c);
+  return 3 * kLaunch + wgrad_time(Algo::kWgradTensorOp, padded(q, cig, cog)) +
+         pad_bytes(q, cig, cog, true) / kBandwidth;
+}
+
 }  // namespace
+
+int64_t padded_channels(int64_t c, DType dt) { return round_up(c, chunk_elems(dt)); }
 
 bool can_implement(Algo a, const Query& q) {
   const Problem& p = q.p;
@@ -57,6 +213,16 @@ bool can_implement(Algo a, const Query& q) {
              p.cin_g() >= 32 && p.cout_g() >= 32 && q.x_unit_w && q.go_unit_w;
     case Algo::kWgradSimt:
       return true;
+    case Algo::kDgradDirect:
+      return p.N * p.Cin * p.H * p.W > 0;
+    case Algo::kDgradPadded:  // only where Cout/groups is not whole chunks already
+      return tensor_cores(q) && p.N * p.Cin * p.H * p.W > 0 &&
+             p.cout_g() % chunk_elems(q.dt) != 0;
+    case Algo::kWgradPadded:
+      return tensor_cores(q) && p.N * p.Cin * p.H * p.W > 0 && p.Cout > 0 &&
+             (p.cin_g() % chunk_elems(q.dt) != 0 || p.cout_g() % chunk_elems(q.dt) != 0);
+    case Algo::kWgradDirect:  // some weight elements and pixels (else the glue zero-fills)
+      return p.N * p.H * p.W > 0 && p.Cin * p.cout_g() * p.kh * p.kw > 0;
     case Algo::kTapGather: {
       // No more taps than stride phases, and at most 1.5x as many gathered elements as
       // grad_output has (heavy padding can make it many times more; a little over 1x, from
@@ -79,9 +245,10 @@ bool can_implement(Algo a, const Query& q) {
   }
 }
 
-std::vector<Algo> plan_forward(const Query& q, Algo forced) {
+namespace {
+// The measured rules (the order to try; the last never declines).
+std::vector<Algo> forward_rules(const Query& q) {
   std::vector<Algo> seq;
-  if (forced != Algo::kNone && can_implement(forced, q)) seq.push_back(forced);
   const Problem& p = q.p;
   const double kpo = k_per_output(p);
   // 1..8 outputs per group with many reduced channels per output (a GAN's RGB layer, a
@@ -112,9 +279,46 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced) {
   return seq;
 }
 
+// Whether the cost model may pick algorithm a: it can take the problem, and the rules'
+// conditions hold that measurements support everywhere (the narrow kernel's loads need
+// contiguous x rows; the patch GEMM's 3xTF32 lost to the halo kernel's 3xFP16).
+bool forward_model_candidate(Algo a, const Query& q) {
+  if (!can_implement(a, q)) return false;
+  if (a == Algo::kNarrowOutput) return q.x_unit_w;
+  if (a == Algo::kPatchGemm) return q.math != MathMode::kIEEE;
+  return true;
+}
+}  // namespace
+
+std::vector<Algo> plan_forward(const Query& q, Algo forced) {
+  std::vector<Algo> seq;
+  if (forced != Algo::kNone && can_implement(forced, q)) seq.push_back(forced);
+  const std::vector<Algo> rules = forward_rules(q);
+  // The cost model's choice goes first where it predicts at least 2x over the rules' (its
+  // absolute error is large; the rules were measured).
+  Algo rule = rules.front();
+  if (rule == Algo::kDirect)
+    rule = can_implement(Algo::kDirectTensorOp, q) ? Algo::kDirectTensorOp : Algo::kDirectSimt;
+  Algo best = rule;
+  double tb = fwd_time(rule, q);
+  for (Algo a : {Algo::kNarrowOutput, Algo::kDirectSimt, Algo::kDirectTensorOp,
+                 Algo::kPatchGemm, Algo::kImplicitGemm}) {
+    if (a == rule || !forward_model_candidate(a, q)) continue;
+    const double t = fwd_time(a, q);
+    if (t < tb) {
+      tb = t;
+      best = a;
+    }
+  }
+  if (best != rule && 2 * tb < fwd_time(rule, q)) seq.push_back(best);
+  seq.insert(seq.end(), rules.begin(), rules.end());
+  return seq;
+}
+
 std::vector<Algo> forward_candidates(const Query& q) {
   std::vector<Algo> c;
-  for (Algo a : {Algo::kPatchGemm, Algo::kNarrowOutput, Algo::kDirect})
+  for (Algo a : {Algo::kPatchGemm, Algo::kNarrowOutput, Algo::kDirectTensorOp,
+                 Algo::kDirectSimt})
     if (can_implement(a, q)) c.push_back(a);
   if (tensor_cores(q)) {
     // The implicit GEMM's kernels: on Hopper the two-block wgmma one and, for 64 or more
@@ -137,29 +341,60 @@ Algo plan_backward_transform(const Query& q, Algo forced) {
 
 Algo plan_grad_input(const Query& q, Algo forced) {
   // grad_input is the strided conv2d of grad_output with the weight: one implicit GEMM, its
-  // tensor-core kernel picked by the launcher (implicit_gemm/igemm_tensor_core.cu).
-  if (forced != Algo::kNone && forced >= Algo::kImplicitGemm && forced <= Algo::kImplicitGemmSimt &&
+  // tensor-core kernel picked by the launcher (implicit_gemm/igemm_tensor_core.cu), unless
+  // the GEMM's N (Cin/groups) and K (Cout/groups x taps) are so small that its tiles are
+  // mostly padding: then the direct kernel, whose floor is the bytes moved (cost model).
+  if (forced != Algo::kNone && forced >= Algo::kImplicitGemm && forced <= Algo::kDgradPadded &&
       can_implement(forced, q))
     return forced;
-  return Algo::kImplicitGemm;
+  // Cout/groups not in whole 16-byte chunks keeps the GEMM off tensor cores; padding the
+  // channels with zeros (a copy of grad_output) puts it back on them.
+  Algo best = Algo::kImplicitGemm;
+  double t = dgrad_gemm_time(q);
+  if (can_implement(Algo::kDgradDirect, q) && dgrad_direct_time(q) < t) {
+    best = Algo::kDgradDirect;
+    t = dgrad_direct_time(q);
+  }
+  if (can_implement(Algo::kDgradPadded, q) && dgrad_padded_time(q) < t) best = Algo::kDgradPadded;
+  return best;
 }
 
 std::vector<Algo> grad_input_candidates(const Query& q) {
-  if (!(tensor_cores(q) && q.wgmma && q.p.cin_g() >= 64)) return {};
-  return {Algo::kImplicitGemmWgmma, Algo::kImplicitGemmWgmmaWs, Algo::kImplicitGemmHalo};
+  std::vector<Algo> c;
+  if (tensor_cores(q) && q.wgmma && q.p.cin_g() >= 64)
+    c = {Algo::kImplicitGemmWgmma, Algo::kImplicitGemmWgmmaWs, Algo::kImplicitGemmHalo};
+  // The direct kernel where the model puts it within 4x of the GEMM (either side).
+  const double d = dgrad_direct_time(q), g = dgrad_gemm_time(q);
+  if (can_implement(Algo::kDgradDirect, q) && d < 4 * g && g < 4 * d) {
+    c.push_back(Algo::kDgradDirect);
+    c.push_back(Algo::kImplicitGemm);
+  }
+  return c;
 }
 
 Algo plan_grad_weight(const Query& q, Algo forced) {
   if (forced == Algo::kWgradSimt) return Algo::kWgradSimt;
-  if ((forced == Algo::kWgradWgmmaNchw || forced == Algo::kWgradTensorOp) &&
-      can_implement(forced, q))
+  if ((forced == Algo::kWgradWgmmaNchw || forced == Algo::kWgradTensorOp ||
+       forced == Algo::kWgradDirect || forced == Algo::kWgradPadded) && can_implement(forced, q))
     return forced;
   // fp32 with TF32 off (3xTF32) from the NCHW tensors themselves on Hopper wgmma: no
   // channels-last copies. With TF32 on, the tensorop kernel's TF32 tiles measured faster.
+  Algo a = Algo::kWgradSimt;
   if (q.math == MathMode::kIEEE && can_implement(Algo::kWgradWgmmaNchw, q))
-    return Algo::kWgradWgmmaNchw;
-  if (can_implement(Algo::kWgradTensorOp, q)) return Algo::kWgradTensorOp;
-  return Algo::kWgradSimt;
+    a = Algo::kWgradWgmmaNchw;
+  else if (can_implement(Algo::kWgradTensorOp, q))
+    a = Algo::kWgradTensorOp;
+  // Few weight elements against a long reduction (few channels per group, few output
+  // channels): the GEMMs' tiles are mostly padding; the direct kernel splits the pixels
+  // over the whole GPU (cost model).
+  double t = wgrad_time(a, q);
+  if (can_implement(Algo::kWgradDirect, q) && wgrad_time(Algo::kWgradDirect, q) < t) {
+    a = Algo::kWgradDirect;
+    t = wgrad_time(a, q);
+  }
+  // Channels not in whole 16-byte chunks: the tensorop kernel on zero-padded copies.
+  if (can_implement(Algo::kWgradPadded, q) && wgrad_padded_time(q) < t) a = Algo::kWgradPadded;
+  return a;
 }
 
 bool grad_weight_reads_nchw_x(const Query& q, const Variant& var) {

@@ -53,6 +53,9 @@ std::vector<Algo> grad_input_candidates(const Query& q);
 Algo plan_grad_weight(const Query& q, Algo forced);
 bool grad_weight_reads_nchw_x(const Query& q, const Variant& var);
 
+// c channels rounded up to whole 16-byte chunks of dt (the padded algorithms' channels).
+int64_t padded_channels(int64_t c, DType dt);
+
 // IgemmParams::ws for an implicit-GEMM algorithm (-1: the launcher's choice).
 int igemm_kernel_select(Algo a);
 

@@ -237,6 +237,23 @@ cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st,
 // nt_cap: Variant::direct_nt (0: the kernel's own cap).
 int direct_tc_channels(const Problem& p, DType dt, MathMode math, int nt_cap = 0);
 
+// Direct gradients on CUDA cores for few channels per group or few output channels
+// (grad_input/dgrad_direct.cu, grad_weight/wgrad_direct.cu): any dtype and strides.
+struct DirectGradParams {
+  Problem p;
+  TensorRef x, gout, gin;      // input (grad_weight), grad_output, grad_input (grad_input)
+  const void* w = nullptr;     // grad_input: the weight [Cin][Cog][kh][kw] contiguous
+  void* workspace = nullptr;   // grad_weight: fp32 (fp64) [splits][G * Cig*Cog*kh*kw]
+  void* gw = nullptr;          // grad_weight: [Cin][Cog][kh][kw] contiguous, dtype of x
+  int64_t splits = 1, pix_per_split = 0;  // grad_weight: the pixel (n, iy, ix) ranges
+};
+struct DirectWgradPlan {
+  int64_t splits = 1, pix_per_split = 0, ws_elems = 0;
+};
+cudaError_t launch_dgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st);
+DirectWgradPlan wgrad_direct_plan(const Problem& p, DType dt, int num_sms);
+cudaError_t launch_wgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st);
+
 // Contiguous NCHW -> contiguous NHWC (channels-last) copy (common/layout_kernels.cu).
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,
                                 int elem_bytes, cudaStream_t st);

@@ -12,7 +12,7 @@ namespace {
 
 const char* const kAlgoNames[] = {  // in Algo's order
     "narrow_output",  "direct",           "direct_tensorop",     "direct_simt",
-    "patch_gemm",     "implicit_gemm",    "implicit_gemm_mma",   "implicit_gemm_wgmma",
+    "patch_gemm",     "implicit_gemm_padded", "implicit_gemm",    "implicit_gemm_mma",   "implicit_gemm_wgmma",
     "implicit_gemm_wgmma_ws", "implicit_gemm_halo", "implicit_gemm_simt", "direct",
     "implicit_gemm_padded", "wgmma_nchw", "tensorop", "simt", "direct", "tensorop_padded",
     "tap_gather",     "strided",

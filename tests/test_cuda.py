@@ -1613,7 +1613,8 @@ def test_depthwise_backward_runs_direct_by_default(monkeypatch):
 
 
 # Channels zero-padded to whole 16-byte chunks so the tensor-core kernels take them
-# (implicit_gemm_padded for grad_input, tensorop_padded for grad_weight): an RGB output layer,
+# (implicit_gemm_padded for the forward and grad_input, tensorop_padded for grad_weight): an
+# RGB input and output layer,
 # 21 and 5 channels, one channel, groups of 3 and 6 channels, stride, dilation, output padding.
 _PADDED_CFGS = [
     Cfg(2, 64, 3, 8, 8, k=4, stride=2, padding=1, bias=True),
@@ -1628,7 +1629,8 @@ _PADDED_CFGS = [
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _PADDED_CFGS, ids=lambda c: c.id())
 def test_padded_gradients_forced(cfg, dtype, layout, monkeypatch):
-    _algo(monkeypatch, "dgrad:implicit_gemm_padded,wgrad:tensorop_padded,bwd:strided")
+    _algo(monkeypatch, "fwd:implicit_gemm_padded,dgrad:implicit_gemm_padded,"
+                       "wgrad:tensorop_padded,bwd:strided")
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
     x, w, b = cfg.make(dt, "cuda")
     if layout == "channels_last":
@@ -1639,6 +1641,8 @@ def test_padded_gradients_forced(cfg, dtype, layout, monkeypatch):
     ran = convt2d.last_algorithms()
     cig, cog = cfg.Cin // cfg.groups, cfg.Cout // cfg.groups
     chunk = 4 if dt == torch.float32 else 8
+    if cig % chunk:
+        assert ran["fwd"] == "implicit_gemm_padded", ran
     if cog % chunk:
         assert ran["dgrad"] == "implicit_gemm_padded", ran
     if cig % chunk or cog % chunk:

@@ -24,6 +24,7 @@ enum class Algo : int {
   kDirectTensorOp,      // forward/direct_tensor_core.cu
   kDirectSimt,          // forward/direct_cuda_core.cu
   kPatchGemm,           // forward/patch_gemm.cu: kernel == stride, one GEMM per image
+  kFwdPadded,           // implicit GEMM on tensor cores, Cin/groups zero-padded to 16-byte chunks
   // forward and grad_input: implicit GEMM per stride phase (implicit_gemm/)
   kImplicitGemm,        // tensor cores, the kernel picked by its launcher (below)
   kImplicitGemmMma,     // mma.sync tiles (compute capability 8.0+), no wgmma

@@ -505,6 +505,21 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
       case Algo::kDirect:
       case Algo::kDirectTensorOp: run_direct(true); return true;
       case Algo::kDirectSimt: run_direct(false); return true;
+      case Algo::kFwdPadded: {
+        // x and the weight with each group's input channels zero-padded to whole 16-byte
+        // chunks: the tensor-core implicit GEMM then takes the problem.
+        const int64_t G = p.groups, cig = p.cin_g(), cip = cuda::padded_channels(cig, dt);
+        Problem pp = p;
+        pp.Cin = G * cip;
+        const at::Tensor xp = pad_group_channels(input, G, cig, cip);
+        const at::Tensor wp =
+            at::constant_pad_nd(weight.reshape({G, cig, p.cout_g(), p.kh, p.kw}),
+                                {0, 0, 0, 0, 0, 0, 0, cip - cig})
+                .view({G * cip, p.cout_g(), p.kh, p.kw});
+        run_igemm(cuda::IgemmMode::kForward, xp, out, wp, b, pp, dt, math, st,
+                  Algo::kImplicitGemm, ov.var);
+        return true;
+      }
       default:
         run_igemm(cuda::IgemmMode::kForward, input, out, weight, b, p, dt, math, st, a, ov.var);
         return true;

@@ -77,6 +77,13 @@ double fwd_time(Algo a, const Query& q) {
       return kLaunch + std::max(mem, 2.0 * double(p.N * p.H * p.W) * double(p.groups) *
                                          double(round_up(p.cout_g() * p.kh * p.kw, 64)) *
                                          double(p.cin_g()) / gemm_rate(q, true));
+    case Algo::kFwdPadded: {  // + zero fill, copy of x, weight padding
+      Query r = q;
+      const int64_t cip = round_up(p.cin_g(), chunk_elems(q.dt));
+      r.p.Cin = p.groups * cip;
+      return 2 * kLaunch + fwd_time(Algo::kImplicitGemm, r) +
+             2.0 * double(p.N * p.groups * cip * p.H * p.W * elem_bytes(q.dt)) / kBandwidth;
+    }
     default: {  // the implicit GEMM per phase: M = that phase's pixels in 128-row tiles
       const bool tensor = tensor_cores(q) && p.cin_g() % chunk_elems(q.dt) == 0;
       const double m = double(round_up(std::max<int64_t>(1, p.N * p.Ho * p.Wo / (p.sh * p.sw)), 128));
@@ -215,6 +222,8 @@ bool can_implement(Algo a, const Query& q) {
       return true;
     case Algo::kDgradDirect:
       return p.N * p.Cin * p.H * p.W > 0;
+    case Algo::kFwdPadded:  // only where Cin/groups is not whole chunks already
+      return tensor_cores(q) && p.cin_g() % chunk_elems(q.dt) != 0;
     case Algo::kDgradPadded:  // only where Cout/groups is not whole chunks already
       return tensor_cores(q) && p.N * p.Cin * p.H * p.W > 0 &&
              p.cout_g() % chunk_elems(q.dt) != 0;
@@ -302,7 +311,7 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced) {
   Algo best = rule;
   double tb = fwd_time(rule, q);
   for (Algo a : {Algo::kNarrowOutput, Algo::kDirectSimt, Algo::kDirectTensorOp,
-                 Algo::kPatchGemm, Algo::kImplicitGemm}) {
+                 Algo::kPatchGemm, Algo::kFwdPadded, Algo::kImplicitGemm}) {
     if (a == rule || !forward_model_candidate(a, q)) continue;
     const double t = fwd_time(a, q);
     if (t < tb) {
@@ -318,7 +327,7 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced) {
 std::vector<Algo> forward_candidates(const Query& q) {
   std::vector<Algo> c;
   for (Algo a : {Algo::kPatchGemm, Algo::kNarrowOutput, Algo::kDirectTensorOp,
-                 Algo::kDirectSimt})
+                 Algo::kDirectSimt, Algo::kFwdPadded})
     if (can_implement(a, q)) c.push_back(a);
   if (tensor_cores(q)) {
     // The implicit GEMM's kernels: on Hopper the two-block wgmma one and, for 64 or more

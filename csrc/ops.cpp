@@ -81,7 +81,7 @@ PyObject* tuning_reset(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
-// [(pass, algorithm)] of this thread's latest calls (convt2d.last_algorithms()).
+// [(pass, algorithm)] of the process's latest call of each pass (convt2d.last_algorithms()).
 PyObject* last_algorithms(PyObject*, PyObject*) {
   const auto runs = convt2d::last_algorithms();
   PyObject* out = PyList_New(0);

@@ -37,8 +37,10 @@ def clear_tuning_cache() -> None:
 def last_algorithms() -> Dict[str, str]:
     """The algorithm the planner ran for each pass in the process's latest call of it:
     ``{"fwd": ..., "dgrad": ..., "wgrad": ..., "bwd": ...}`` (CUDA; a pass that has not run
-    is absent). Names as ``CONVT2D_ALGO`` takes them (docs/design.md, "Forcing an
-    algorithm"); for tests and for checking what a forced choice did."""
+    is absent; a call that skips a pass leaves its entry as it was). Names as ``CONVT2D_ALGO``
+    takes them (docs/design.md, "Forcing an algorithm"); for tests and for checking what a
+    forced choice did. It is the planner's choice: where a launcher then declines (alignment,
+    grid limits) and a fallback kernel runs, the entry still names the planned algorithm."""
     from . import _C
 
     return dict(_C._last_algorithms())

@@ -111,8 +111,8 @@ DirectWgradPlan wgrad_direct_plan(const Problem& p, DType dt, int num_sms) {
   const int64_t lanes = kThreads / std::min<int64_t>(M, kThreads);
   const int64_t P = p.N * p.H * p.W;
   const int64_t blocks = p.groups * mblocks;
-  // About four blocks per SM in all, each lane summing at least 64 pixels and at most 2^16
-  // (serial fp32 sums stay short); a workspace of at most 256 MiB.
+  // About four blocks per SM in all, each lane summing at least 64 pixels and, unless the
+  // 256 MiB workspace bound allows fewer splits, at most 2^16 (serial fp32 sums stay short).
   int64_t splits = (4 * int64_t(num_sms) + blocks - 1) / blocks;
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, P / (64 * lanes)));
   splits = std::max<int64_t>(splits, (P + (lanes << 16) - 1) / (lanes << 16));

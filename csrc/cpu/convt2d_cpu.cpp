@@ -39,8 +39,7 @@
 // float), float64 works in double. The hot loops are compiled twice: for
 // AVX2+FMA (chosen at run time when the CPU has it) and for the baseline ISA.
 //
-// Debug/tuning knobs (environment): CONVT2D_CPU_BASELINE=1 forces the
-// baseline-ISA kernels; CONVT2D_CPU_CFG=<0..4> forces a block shape.
+// CONVT2D_ALGO=cpu:baseline forces the baseline-ISA kernels (tests).
 #include "common/algo.h"
 #include "glue.h"
 

@@ -57,8 +57,8 @@ struct DtcCfg : DTileGrid {
   // byte offsets into dynamic shared memory
   int w_off = 0, wz_off = 0, b_off = 0, tab_off = 0, rx_off = 0, xz_off = 0, x_off = 0, o_off = 0;
   int ncob = 0, ngc = 0, nz = 0;
-  int vec = 1;                 // store_rows_vec where the layout allows (CONVT2D_DTC_VEC=0: off)
-  int cs = 1;                  // store_rows_vec with streaming stores (CONVT2D_DTC_CS=0: plain)
+  int vec = 1;                 // store_rows_vec where the layout allows
+  int cs = 1;                  // store_rows_vec with streaming stores
   int nchk = 0;                // store_rows_vec: whole chunks per line
   uint64_t m_chk = 0;          // div_magic multipliers: by nchk, by 1..8 rows
   uint64_t m_rows[9] = {};

@@ -42,7 +42,7 @@
 // powers of two (a scale per item and per weight column). Its weights come through TMA
 // (both halves, the loader's thread 0), and each item's halo is loaded into registers while
 // the previous item's weights go out. A block takes one tile; the persistent variant
-// (kPersist, CONVT2D_F16X3_PERSIST=1) has min(tiles, SMs) blocks take tiles in turn, the
+// (kPersist, CONVT2D_ALGO=f16x3_persist=on) has min(tiles, SMs) blocks take tiles in turn, the
 // consumers writing C from the accumulators while the loader fills the next tile. Its
 // 3xTF32 fallback is looped (kLoop): a gated launch of one wave of blocks.
 #include "cuda/common/implicit_gemm_tile.cuh"
@@ -949,7 +949,7 @@ cudaError_t launch_halo(const TmaArgs<kTma>& args, int64_t max_mv, cudaStream_t 
   });
 }
 
-// The TMA loader where it applies (not 3xTF32), unless CONVT2D_HALO_TMA=0 (A/B timing).
+// The TMA loader where it applies (not 3xTF32), unless cp.async is forced (Variant::loader = 0).
 template <class Tr>
 cudaError_t run_halo(const IgemmParams& prm, int64_t max_mv, cudaStream_t st) {
   if constexpr (Tr::kF16x3 && !Tr::kMulti) {

@@ -114,10 +114,15 @@ AlgoOverride parse(const std::string& s) {
     } else if (opt == "narrow_wp") {
       static const char* const n[] = {"1", "2", "4", "8"};
       var.narrow_wp = int8_t(1 << pick(opt, v, n, 4));
+    } else if (opt == "k_splits") {
+      int k = 0;
+      for (char ch : v) k = (ch >= '0' && ch <= '9' && k < 1000) ? k * 10 + (ch - '0') : 1000;
+      if (v.empty() || k < 1 || k > 64) bad("k_splits value", v, "1..64");
+      var.k_splits = int8_t(k);
     } else {
       bad("option", opt,
           "loader, f16x3, f16x3_persist, f16x3_nchw, igemm_tile, wgrad_tile, wgrad_x, "
-          "direct_nt, narrow_wp");
+          "direct_nt, narrow_wp, k_splits");
     }
   }
   return o;

@@ -21,6 +21,9 @@ def _fwd_cpu():
     ("warp=9", ["option 'warp'", "loader"]),
     ("loader=dma", ["value of loader 'dma'", "cpasync|tma"]),
     ("direct_nt=3", ["value of direct_nt '3'", "2|4|8"]),
+    ("k_splits=0", ["k_splits value '0'", "1..64"]),
+    ("k_splits=65", ["k_splits value '65'", "1..64"]),
+    ("k_splits=2x", ["k_splits value '2x'", "1..64"]),
     ("patch_gemm", ["item 'patch_gemm'", "pass:algorithm"]),
 ])
 def test_unknown_names_are_rejected_with_the_valid_ones(spec, names, monkeypatch):
@@ -34,7 +37,7 @@ def test_unknown_names_are_rejected_with_the_valid_ones(spec, names, monkeypatch
 
 
 def test_items_spaces_and_empty_items(monkeypatch):
-    monkeypatch.setenv("CONVT2D_ALGO", " fwd:patch_gemm , ,cpu:baseline,loader=tma ")
+    monkeypatch.setenv("CONVT2D_ALGO", " fwd:patch_gemm , ,cpu:baseline,loader=tma,k_splits=64 ")
     _fwd_cpu()
     monkeypatch.setenv("CONVT2D_ALGO", "")
     _fwd_cpu()

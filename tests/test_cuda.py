@@ -33,6 +33,12 @@ def _algos(*items):
     return ",".join(i for i in items if i)
 
 
+# The halo / 3xFP16 tests below use small shapes, whose grids fill under half the GPU: the
+# planner would run them split-K on the two-block kernel (igemm_k_splits). They pin one K
+# range so that the kernel they are about runs.
+_NO_SPLIT = "k_splits=1"
+
+
 def _ran(pass_):
     """The algorithm the planner ran in the latest call of `pass_` (fwd, dgrad, wgrad, bwd),
     process-wide."""
@@ -436,7 +442,7 @@ def test_f16x3_kernel(cfg, layout, wtma, monkeypatch):
     """fp32 with TF32 off: the default forward runs 3xFP16 on these shapes (asserted), within
     the fp32 tolerance; CONVT2D_ALGO=f16x3=off gives 3xTF32 alone. loader=cpasync copies the
     weights with cp.async instead of TMA."""
-    _algo(monkeypatch, wtma)
+    _algo(monkeypatch, _algos(_NO_SPLIT, wtma))
     x, w, b = cfg.make(torch.float32, "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
@@ -456,7 +462,7 @@ def test_f16x3_kernel(cfg, layout, wtma, monkeypatch):
 
 
 def test_f16x3_off_switch(monkeypatch):
-    _algo(monkeypatch, "f16x3=off")
+    _algo(monkeypatch, _algos(_NO_SPLIT, "f16x3=off"))
     cfg = _F16X3_CFGS[0]
     x, w, b = cfg.make(torch.float32, "cuda")
     with _tf32_off():
@@ -537,10 +543,11 @@ def test_f16x3_fallback_many_tiles(layout, cfg):
 
 
 @pytest.mark.parametrize("mag", [1e-12, 1.0, 1e12], ids=lambda m: f"x{m:g}")
-def test_f16x3_wide_range(mag):
+def test_f16x3_wide_range(mag, monkeypatch):
     """3xFP16 scales: x at 1e-12 or 1e12 (unscaled fp16 would flush or overflow), one image
     all zeros, and weight columns from 1e-6 to 1e6 (one scale for the whole weight would
     flush the small columns). Every (image, output channel) within fp32 accuracy."""
+    _algo(monkeypatch, _NO_SPLIT)
     cin, cout = 64, 96
     x = torch.randn(3, cin, 7, 19, dtype=torch.float64) * mag
     x[2] = 0
@@ -610,10 +617,11 @@ def test_f16x3_nchw(cfg, monkeypatch):
     (Cfg(1, 64, 128, 8, 32, k=3, stride=2, padding=1, output_padding=1), True),
     (_F16X3_NCHW[1], False),
 ], ids=["rows4", "widened33to36", "widened18to24"])
-def test_f16x3_nchw_default(cfg, nchw):
+def test_f16x3_nchw_default(cfg, nchw, monkeypatch):
     """By default the 3xFP16 kernel reads NCHW x itself where widening its GEMM rows adds at
     most 1/8 (k=(3, 5) at W 20: none; k=3 stride 2 at W 32: 33 -> 36 rows in one phase),
     else the copy comes first (k=3 padding 1 at W 16: 18 -> 24); all within fp32 accuracy."""
+    _algo(monkeypatch, _NO_SPLIT)
     x, w, b = cfg.make(torch.float32, "cuda")
     with _tf32_off():
         check(x, w, b, cfg.kwargs(), backward=False, what="3xFP16 NCHW default ")
@@ -631,7 +639,7 @@ def test_f16x3_nchw_cropped_columns(nchw, monkeypatch):
     of the NCHW-reading kernel still loads: 1e20 there (inside the 3xFP16 range, so no
     fallback) must not change the item scales. k=3 padding (1, 3) at W 32: lead 1, rows 30
     -> 32, columns 0 and 31 cropped."""
-    _algo(monkeypatch, nchw)
+    _algo(monkeypatch, _algos(_NO_SPLIT, nchw))
     cfg = Cfg(2, 64, 128, 8, 32, k=3, padding=(1, 3))
     x, w, b = cfg.make(torch.float32, "cpu")
     x[:, :, :, 0] = 1e20
@@ -647,9 +655,10 @@ def test_f16x3_nchw_cropped_columns(nchw, monkeypatch):
             assert any(re.search(_HALO_NCHW, n) for n in names), names
 
 
-def test_f16x3_nchw_unaligned():
+def test_f16x3_nchw_unaligned(monkeypatch):
     """NCHW x at an address that is not 16-byte aligned (a view one float into its storage)
     and x with W % 4 != 0: the channels-last copy first, results unchanged."""
+    _algo(monkeypatch, _NO_SPLIT)
     cfg = Cfg(2, 64, 128, 6, 12, k=3, padding=1)
     x, w, b = cfg.make(torch.float32, "cpu")
     ref = F.conv_transpose2d(x.double(), w.double(), b.double(), **cfg.kwargs())
@@ -749,9 +758,10 @@ def test_halo_kernel_is_the_default_where_it_applies(monkeypatch):
     """On an H100 (compute capability 9.0, sm_90a build) a dense stride-1 layer with 64
     channels runs its bf16 forward on the halo kernel and its bf16 grad_input on the
     warp-specialised kernel's TMA loader (measured faster there, perf-log v5); TF32 and
-    3xTF32 run both on the halo kernel."""
+    3xTF32 run both on the halo kernel (where the planner does not split K: _NO_SPLIT)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the halo kernel is built for sm_90a")
+    _algo(monkeypatch, _NO_SPLIT)
     cfg = Cfg(2, 64, 64, 16, 40, k=(3, 5), bias=False)
     x, w, _ = cfg.make(torch.bfloat16, "cuda")
     x.requires_grad_(True)
@@ -765,10 +775,10 @@ def test_halo_kernel_is_the_default_where_it_applies(monkeypatch):
     x32, w32 = x.detach().float().requires_grad_(True), w.float()
     names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
     assert _halo_tma(names) == (2, 0), names
-    _algo(monkeypatch, "loader=cpasync")
+    _algo(monkeypatch, _algos(_NO_SPLIT, "loader=cpasync"))
     names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
     assert _halo_tma(names) == (0, 2), names
-    _algo(monkeypatch, None)
+    _algo(monkeypatch, _NO_SPLIT)
     # fp32 with TF32 off: 3xTF32 on the halo kernel (the only wgmma 3xTF32 path).
     with _tf32_off():
         names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
@@ -1549,6 +1559,45 @@ def test_every_backward_algorithm_forced(pass_, name, dtype, cfg, mask, monkeypa
         _backward_here(cfg, x, w, mask)
     _assert_ran(pass_, name)
     assert _ran("bwd") == "strided", convt2d.last_algorithms()
+
+
+# Split-K of the tensor-core implicit GEMM (forward and grad_input): tiny images with many
+# channels (1x1 and 2x2 inputs, a generator's first layer), a strided grouped layer with
+# dilation and output padding (phases with different tap counts), and more splits than the
+# K loop has tiles (empty ranges write zero partials).
+_SPLIT_K_CFGS = [
+    Cfg(2, 256, 64, 1, 1, k=3, padding=1, bias=True),
+    Cfg(3, 128, 96, 2, 2, k=4, stride=2, padding=1, bias=True),
+    Cfg(2, 64, 48, 3, 5, k=(3, 4), stride=(2, 3), padding=(1, 1), output_padding=(1, 2),
+        dilation=(1, 2), groups=2, bias=True),
+    Cfg(1, 16, 32, 4, 4, k=1, bias=False),
+]
+
+
+@pytest.mark.parametrize("splits", [2, 7, 64])
+@pytest.mark.parametrize("mode", ["bf16", "fp16", "fp32", "fp32-ieee"])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _SPLIT_K_CFGS, ids=lambda c: c.id())
+def test_split_k_forced(cfg, layout, mode, splits, monkeypatch):
+    _algo(monkeypatch, f"fwd:implicit_gemm,dgrad:implicit_gemm,bwd:strided,k_splits={splits}")
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mode, torch.float32)
+    x, w, b = cfg.make(dt, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=(mode != "fp32-ieee")):
+        check(x, w, b, cfg.kwargs(), what=f"k_splits={splits} {layout} {mode} ")
+    assert _ran("fwd") == "implicit_gemm" and _ran("dgrad") == "implicit_gemm"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_split_k_by_default_is_deterministic(dtype):
+    """A 1x1 input with many channels (the planner splits K): right, and bitwise the same run
+    to run (the partials are added in a fixed order)."""
+    cfg = Cfg(2, 512, 128, 1, 1, k=4, stride=1, bias=True)
+    x, w, b = cfg.make(dtype, "cuda")
+    out, _ = check(x, w, b, cfg.kwargs(), what="default split-K ")
+    again = convt2d.forward(x, w, b, **cfg.kwargs())
+    assert torch.equal(out, again)
 
 
 # The direct gradients (grad_input/dgrad_direct.cu, grad_weight/wgrad_direct.cu): depthwise

@@ -65,6 +65,7 @@ struct Variant {
   int8_t wgrad_x = -1;        // grad_weight tensorop: 1 read NCHW x, 0 copy it channels-last
   int8_t direct_nt = 0;       // direct tensor-core kernel: channel-tile cap (2, 4, 8)
   int8_t narrow_wp = 0;       // narrow kernel: pixel warps (1, 2, 4, 8)
+  int8_t k_splits = 0;        // tensor-core implicit GEMM: split-K ranges (1 = none, 2..64)
 };
 
 // grad_weight tensorop tile names, in the kernel's TwTile order (wgrad_tensor_core.cu);

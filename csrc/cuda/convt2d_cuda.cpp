@@ -287,6 +287,17 @@ int autotune(const std::string& key, const std::vector<Candidate>& cands,
   return best;
 }
 
+// The planner's query for a call: problem, number format, device, layouts.
+cuda::Query make_query(const Problem& p, DType dt, MathMode math) {
+  cuda::Query q;
+  q.p = p;
+  q.dt = dt;
+  q.math = math;
+  q.sm80 = is_sm80_plus();
+  q.wgmma = cuda::wgmma_device();
+  return q;
+}
+
 // One implicit GEMM (forward per phase, or grad_input) as algorithm `algo` (one of
 // Algo::kImplicitGemm*): the tensor-core kernels when the operands allow it (source read
 // channels-last), else (and for kImplicitGemmSimt) the CUDA-core kernel.
@@ -339,9 +350,26 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
     if (defer) prm.src_nchw = ref(src);
     prm.wpk = w2.data_ptr();
     if (cuda::tc_igemm_supported(prm, dt)) {
+      // Split-K (planner: a grid under half the GPU; the override's k_splits) into fp32
+      // partials shaped like dst, added with the bias by launch_igemm_split_reduce. Not on
+      // the warp-specialised and halo kernels: unless forced, only where the planner left
+      // the kernel to the launcher or chose the two-block or mma.sync one.
+      const bool cl = dst.is_contiguous(at::MemoryFormat::ChannelsLast);
+      int splits = var.k_splits > 0 ? var.k_splits
+                   : prm.ws == 1 || prm.ws == 2
+                       ? 1
+                       : cuda::igemm_k_splits(make_query(p, dt, math), !fwd);
+      if (!(dst.is_contiguous() || cl)) splits = 1;
+      at::Tensor split_ws;
+      if (splits > 1) {
+        split_ws = at::empty({splits, dst.numel()}, dst.options().dtype(at::kFloat));
+        prm.k_splits = splits;
+        prm.split_ws = split_ws.data_ptr<float>();
+        prm.split_stride = dst.numel();
+      }
       // 3xTF32 on the Hopper halo kernel: the weight's big and small TF32 halves.
       at::Tensor halves, wflag, halves16, f16_state;
-      if (dt == DType::kFloat && math == MathMode::kIEEE &&
+      if (dt == DType::kFloat && math == MathMode::kIEEE && splits == 1 &&
           cuda::tc_halo_supported(prm, dt, math)) {
         halves = at::empty({2, w2.numel()}, w2.options());
         wflag = at::zeros({1}, w2.options().dtype(at::kInt));
@@ -371,6 +399,11 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
         }
       }
       check_launch(cuda::launch_tc_igemm(prm, dt, math, st), "tensor-core implicit GEMM");
+      if (splits > 1)
+        check_launch(cuda::launch_igemm_split_reduce(
+                         prm.split_ws, splits, dst.data_ptr(), prm.bias, dst.numel(),
+                         dst.size(1), cl ? 1 : dst.size(2) * dst.size(3), dt, st),
+                     "split-K reduction");
       return;
     }
   }
@@ -411,16 +444,6 @@ at::Tensor pad_group_channels(const at::Tensor& t, int64_t G, int64_t c, int64_t
   return out.view({N, H, W, G * cp}).permute({0, 3, 1, 2});
 }
 
-// The planner's query for a call: problem, number format, device, layouts.
-cuda::Query make_query(const Problem& p, DType dt, MathMode math) {
-  cuda::Query q;
-  q.p = p;
-  q.dt = dt;
-  q.math = math;
-  q.sm80 = is_sm80_plus();
-  q.wgmma = cuda::wgmma_device();
-  return q;
-}
 
 at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
                         const std::optional<at::Tensor>& bias, at::IntArrayRef stride,

@@ -5,6 +5,7 @@
 #include "cuda/planner.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace convt2d {
 namespace cuda {
@@ -55,6 +56,40 @@ double gemm_rate(const Query& q, bool tensor) {
 }
 double fill(double work_units, double full) { return std::min(1.0, std::max(work_units, 1.0) / full); }
 
+// The tensor-core implicit GEMM's grid and K loop (forward per phase, or grad_input): its
+// blocks (128-row tiles x N tiles x phases x groups), K tiles per block (128-byte K rows,
+// 64-byte below that), and the elements of its output.
+struct IgemmShape {
+  double blocks = 0, iters = 0, tile_flops = 0, out_elems = 0;
+};
+IgemmShape igemm_shape(const Query& q, bool dgrad) {
+  const Problem& p = q.p;
+  const int64_t phases = dgrad ? 1 : p.sh * p.sw;
+  const int64_t kc = dgrad ? p.cout_g() : p.cin_g(), nc = dgrad ? p.cin_g() : p.cout_g();
+  const int64_t m = dgrad ? p.N * p.H * p.W
+                          : p.N * ((p.Ho + p.sh - 1) / p.sh) * ((p.Wo + p.sw - 1) / p.sw);
+  const int64_t bn = nc <= 32 ? 32 : nc <= 64 ? 64 : 128;
+  const int64_t eb = elem_bytes(q.dt), bk = (kc * eb >= 128 ? 128 : 64) / eb;
+  const int64_t taps = dgrad ? p.kh * p.kw
+                             : ((p.kh + p.sh - 1) / p.sh) * ((p.kw + p.sw - 1) / p.sw);
+  IgemmShape s;
+  s.blocks = double((m + 127) / 128) * double((nc + bn - 1) / bn) * double(phases * p.groups);
+  s.iters = double(taps * ((kc + bk - 1) / bk));
+  s.tile_flops = 2.0 * 128 * double(bn) * double(bk);
+  s.out_elems = dgrad ? double(p.N * p.Cin * p.H * p.W) : double(p.N * p.Cout * p.Ho * p.Wo);
+  return s;
+}
+// Its time with the K loop split into `splits` ranges: whole waves of kGemmBlocks blocks,
+// each block's K tiles plus about three tiles' worth of pipeline fill and epilogue, and,
+// split, the fp32 partials written and read once more and the reduction's launch.
+double igemm_split_time(const Query& q, const IgemmShape& s, int splits) {
+  const double per_tile = s.tile_flops / (gemm_rate(q, true) / kGemmBlocks);
+  const double waves = std::ceil(s.blocks * splits / kGemmBlocks);
+  double t = waves * (std::ceil(s.iters / splits) + 3) * per_tile;
+  if (splits > 1) t += kLaunch + 2.0 * 4.0 * splits * s.out_elems / kBandwidth;
+  return t;
+}
+
 // Forward: bytes of x, out and the weight; FLOPs of the taps that reach each phase.
 double fwd_time(Algo a, const Query& q) {
   const Problem& p = q.p;
@@ -91,6 +126,11 @@ double fwd_time(Algo a, const Query& q) {
       const double f = 2.0 * m * phases * double(p.groups) *
                        double(round_up(p.cout_g(), p.cout_g() <= 32 ? 32 : 64)) *
                        double(round_up(p.cin_g(), tensor ? chunk_elems(q.dt) : 16)) * kk / phases;
+      if (tensor) {  // split-K where the grid is small (igemm_k_splits)
+        const IgemmShape s = igemm_shape(q, false);
+        const int k = igemm_k_splits(q, false);
+        if (k > 1) return 3 * kLaunch + std::max(mem, igemm_split_time(q, s, k));
+      }
       return 3 * kLaunch + std::max(mem, f / (gemm_rate(q, tensor) * fill(blocks, kGemmBlocks)));
     }
   }
@@ -113,6 +153,12 @@ double dgrad_gemm_time(const Query& q) {
   const double blocks = m / 128 * double((p.cin_g() + 63) / 64) * double(p.groups);
   const double flops = 2.0 * m * double(p.groups) * double(round_up(p.cin_g(), 64)) *
                        double(round_up(p.cout_g(), tensor ? chunk_elems(q.dt) : 16) * p.kh * p.kw);
+  if (tensor) {  // split-K where the grid is small (igemm_k_splits)
+    const int k = igemm_k_splits(q, true);
+    if (k > 1)
+      return 3 * kLaunch + std::max(backward_bytes(q) / kBandwidth,
+                                    igemm_split_time(q, igemm_shape(q, true), k));
+  }
   return (tensor ? 3 : 2) * kLaunch +
          std::max(backward_bytes(q) / kBandwidth,
                   flops / (gemm_rate(q, tensor) * fill(blocks, kGemmBlocks)));
@@ -413,6 +459,26 @@ bool grad_weight_reads_nchw_x(const Query& q, const Variant& var) {
   const Problem& p = q.p;
   const bool pref = var.wgrad_x >= 0 ? var.wgrad_x == 1 : p.kh * p.kw == 1 || p.cin_g() < 32;
   return pref && q.x_nchw && (p.H * p.W) % chunk_elems(q.dt) == 0;
+}
+
+int igemm_k_splits(const Query& q, bool dgrad) {
+  // Split the K loop where the grid fills under half the GPU (tiny images with many channels:
+  // a generator's first layers, a bottleneck, 1x1 inputs): the splits that minimise the
+  // model's time, at least two K tiles each, the fp32 partials within 256 MiB.
+  if (!tensor_cores(q)) return 1;
+  const IgemmShape s = igemm_shape(q, dgrad);
+  if (s.blocks * 2 >= kGemmBlocks || s.iters < 4) return 1;
+  int best = 1;
+  double tb = igemm_split_time(q, s, 1);
+  for (int k = 2; k <= 64 && k * 2 <= s.iters; ++k) {
+    if (4.0 * k * s.out_elems > double(int64_t(1) << 28)) break;
+    const double t = igemm_split_time(q, s, k);
+    if (t < tb) {
+      tb = t;
+      best = k;
+    }
+  }
+  return best;
 }
 
 int igemm_kernel_select(Algo a) {

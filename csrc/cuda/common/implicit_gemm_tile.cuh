@@ -139,6 +139,17 @@ struct TapCursor {
       btap += int64_t(t.ksx) * tap_stride;
     }
   }
+  // The position after i advances from the start (split-K's first K tile).
+  __device__ __forceinline__ void seek(const TileGeo& t, int kc_tiles, int i) {
+    ct = i % kc_tiles;
+    const int tap = i / kc_tiles;
+    jy = tap / t.ntap_x;
+    jx = tap - jy * t.ntap_x;
+    dy = jy * t.it_y;
+    dx = jx * t.it_x;
+    delta = int64_t(dy) * ssh + int64_t(dx) * ssw;
+    btap = (int64_t(t.k0y + jy * t.ksy) * kw + t.k0x + jx * t.ksx) * tap_stride;
+  }
 };
 
 // Stores the staged BM x BN tile (sC, written by the caller) with bias, by
@@ -147,10 +158,13 @@ struct TapCursor {
 // (16-byte vectors) stores.
 // kVirt (halo kernel): GEMM rows are t.wv wide, row position u is output pixel u - t.lead,
 // and pixels outside [0, nqx) are not stored.
+// partial (split-K): the tile goes, in fp32 (T = float) and without bias, to this buffer
+// with dst's element strides instead of to dst.
 template <typename T, int BM, int BN, int LDC_M, int LDC_N, int NT, bool kChanOut,
           bool kVirt = false>
 __device__ __forceinline__ void store_c_tile(const IgemmParams& prm, const float* sC,
-                                             int64_t* sRow, int tid, const TileGeo& t) {
+                                             int64_t* sRow, int tid, const TileGeo& t,
+                                             T* partial = nullptr) {
   constexpr int E = 16 / int(sizeof(T));
   const int64_t m0 = t.m0, n0 = t.n0, g = t.g, pix = t.pix, M = t.M;
   const Geo gy = phase_geo(prm, true, t.ry);
@@ -170,8 +184,8 @@ __device__ __forceinline__ void store_c_tile(const IgemmParams& prm, const float
     sRow[r] = off;
   }
   sync_threads_n<NT>();
-  const T* bias = static_cast<const T*>(prm.bias);
-  T* dst = static_cast<T*>(prm.dst.ptr);
+  const T* bias = partial ? nullptr : static_cast<const T*>(prm.bias);
+  T* dst = partial ? partial : static_cast<T*>(prm.dst.ptr);
   const int64_t dsc = prm.dst.sc;
   const int nvalid = int(prm.Nc) - int(n0) < BN ? int(prm.Nc) - int(n0) : BN;
   const T* bias_g = bias ? bias + g * prm.Nc + n0 : nullptr;

@@ -72,6 +72,14 @@ struct IgemmParams {
   // Kernels whose blocks take several tiles (the persistent 3xFP16 and looped 3xTF32 halo
   // kernels): the number of tiles, taken in turn (tile = block index + k * grid size).
   int64_t tiles = 0;
+  // Split-K (few output tiles against a long reduction: tiny images with many channels): the
+  // K loop is cut into k_splits ranges, one per blockIdx.y, and each writes its fp32 partial
+  // tile, without bias, to split_ws + blockIdx.y * split_stride, a buffer with dst's element
+  // strides; launch_igemm_split_reduce then adds the ranges in a fixed order, with the bias,
+  // into dst (deterministic). Only the tensor-core two-block kernel (tc_igemm_kernel) splits.
+  int k_splits = 1;
+  float* split_ws = nullptr;
+  int64_t split_stride = 0;
   // Each dimension's phase geometry (make_geo of phase r, common/mma_core.cuh), filled on the host
   // by fill_phase_geo: a tile reads it (phase_geo) instead of recomputing it, which cost
   // two dozen divisions at every tile start. geo_ok = 0: not filled (more
@@ -161,6 +169,12 @@ cudaError_t launch_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaSt
 // (src.sc == 1), wpk packed K-major [G][kh][kw][Nc][Kc]; fp32 in MathMode::kIEEE runs as 3xTF32.
 bool tc_igemm_supported(const IgemmParams& prm, DType dt);
 cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
+// dst[e] = sum over s < splits (in order) of ws[s * numel + e] (+ bias[c]) for the dense dst
+// of numel elements whose channel is c = (e / inner) % C (inner = H*W for NCHW, 1 for
+// channels-last): split-K's reduction (implicit_gemm/igemm_tensor_core.cu).
+cudaError_t launch_igemm_split_reduce(const float* ws, int splits, void* dst, const void* bias,
+                                      int64_t numel, int64_t C, int64_t inner, DType dt,
+                                      cudaStream_t st);
 // Halo variant (implicit_gemm/igemm_halo_sm90.cu, sm_90a builds on compute capability 9.0): the tap
 // columns read shifted views of one staged source halo. fp32 in MathMode::kIEEE
 // runs as 3xTF32 and needs prm.wpk_hi / wpk_lo / wflag.

@@ -121,12 +121,20 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
       wpk + t.g * p.kh * p.kw * tap_stride + (b_row_ok ? (t.n0 + b_r) * Kc : 0) + b_lc * E;
 
   const int kc_tiles = (Kc + BK - 1) / BK;
-  const int iters = t.ntap_y * t.ntap_x * kc_tiles;
+  int iters = t.ntap_y * t.ntap_x * kc_tiles;
+  // Split-K: this block's range of the K loop (possibly empty: its partial is then zero).
+  int it_begin = 0;
+  if (prm.k_splits > 1) {
+    const int per = (iters + prm.k_splits - 1) / prm.k_splits;
+    it_begin = min(iters, int(blockIdx.y) * per);
+    iters = min(iters, it_begin + per) - it_begin;
+  }
   const uint32_t uHs = uint32_t(Hs), uWs = uint32_t(Ws);
   const uint32_t a_dst = swz<CH>(a_r, 0), b_dst = swz<CH>(b_r, 0);
 
   // Loader position (runs S-1 tiles ahead of the math).
   TapCursor l(prm, t, tap_stride);
+  if (it_begin > 0) l.seek(t, kc_tiles, it_begin);
   auto load_tile = [&](int stage) {
     const uint32_t sa = sbase + stage * Tr::kStageBytes;
     const uint32_t sb = sa + BM * BKB;
@@ -248,8 +256,13 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
       const int n = wn * Tr::WN + j * 8 + 2 * (lane & 3);
       put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, m, n, acc[i][j]);
     }
-  store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, NT, kChanOut>(
-      prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), tid, t);
+  if (prm.k_splits > 1)
+    store_c_tile<float, BM, BN, Tr::LDC_M, Tr::LDC_N, NT, kChanOut>(
+        prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), tid, t,
+        prm.split_ws + int64_t(blockIdx.y) * prm.split_stride);
+  else
+    store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, NT, kChanOut>(
+        prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), tid, t);
   }  // if constexpr (kSm90aPass)
 }
 
@@ -260,11 +273,12 @@ cudaError_t launch_tiles(Kernel kern, const IgemmParams& prm, cudaStream_t st) {
   const int64_t mt = (prm.max_m + Tr::BM - 1) / Tr::BM;
   const int64_t nt = (prm.Nc + Tr::BN - 1) / Tr::BN;
   const int64_t blocks = mt * nt * prm.phases_y * prm.phases_x * prm.p.groups;
-  if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  if (blocks > 0x7fffffffLL || prm.k_splits < 1 || prm.k_splits > 65535)
+    return cudaErrorInvalidConfiguration;
   cudaError_t e =
       cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
   if (e != cudaSuccess) return e;
-  kern<<<unsigned(blocks), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
+  kern<<<dim3(unsigned(blocks), unsigned(prm.k_splits)), Tr::kThreads, Tr::kSmemBytes, st>>>(prm);
   return cudaGetLastError();
 }
 
@@ -538,6 +552,11 @@ cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
 #if defined(CONVT2D_WGMMA)
   if constexpr (!kSplit) {
     if (prm.Kc * int64_t(sizeof(T)) >= 128 && use_wgmma(prm)) {
+      // Split-K runs on the two-block kernel only.
+      if (prm.k_splits > 1) {
+        if (prm.Nc <= 64) return run_tc<TcTraits<T, 128, 64, 8, 1, 4, 128, false, 2, true>>(prm, st);
+        return run_tc<TcTraits<T, 128, 128, 8, 1, 3, 128, false, 2, true>>(prm, st);
+      }
       // Warp-specialised 256-row tiles (one block per SM) wherever its TMA loader
       // applies (measured faster than the two-block kernel on every suite row it
       // takes: bf16 forward, k=2 stride 2 0.161 -> 0.146 ms, dense stride-1 with 64
@@ -632,7 +651,7 @@ static bool ws_tma_applies(const IgemmParams& prm, DType dt) {
 
 // The halo kernel where it applies and the launcher's heuristic (or prm.ws == 2) picks it.
 static bool want_halo(const IgemmParams& prm, DType dt, MathMode math) {
-  if (prm.ws == 0 || prm.ws == 1 || prm.ws == 3) return false;
+  if (prm.ws == 0 || prm.ws == 1 || prm.ws == 3 || prm.k_splits > 1) return false;
   const bool forced = prm.ws == 2;
   // 3xTF32 on the halo kernel needs the split weight (the glue provides it where supported).
   if (dt == DType::kFloat && math == MathMode::kIEEE && !prm.wpk_hi) return false;
@@ -668,6 +687,66 @@ cudaError_t launch_tc_igemm(const IgemmParams& prm_in, DType dt, MathMode math, 
     case DType::kFloat:
       if (math == MathMode::kIEEE) return run_tc_k<float, true>(prm, st);
       return run_tc_k<float, false>(prm, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+namespace {
+// Split-K's reduction: four consecutive elements per thread (numel % 4 == 0, so ws's splits
+// stay 16-byte aligned), or one.
+template <typename T, int V>
+__global__ void __launch_bounds__(256) split_reduce_kernel(const float* __restrict__ ws, int splits,
+                                                           T* __restrict__ dst,
+                                                           const T* __restrict__ bias,
+                                                           int64_t numel, int64_t C,
+                                                           int64_t inner) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x * V;
+  for (int64_t e = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; e < numel; e += step) {
+    float acc[V];
+    if constexpr (V == 4) {
+      const float4 v = *reinterpret_cast<const float4*>(ws + e);
+      acc[0] = v.x; acc[1] = v.y; acc[2] = v.z; acc[3] = v.w;
+      for (int s = 1; s < splits; ++s) {
+        const float4 u = *reinterpret_cast<const float4*>(ws + int64_t(s) * numel + e);
+        acc[0] += u.x; acc[1] += u.y; acc[2] += u.z; acc[3] += u.w;
+      }
+    } else {
+      acc[0] = ws[e];
+      for (int s = 1; s < splits; ++s) acc[0] += ws[int64_t(s) * numel + e];
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float b = bias ? Cvt<T>::to_acc(bias[((e + j) / inner) % C]) : 0.f;
+      dst[e + j] = Cvt<T>::from_acc(acc[j] + b);
+    }
+  }
+}
+
+template <typename T>
+cudaError_t split_reduce(const float* ws, int splits, void* dst, const void* bias, int64_t numel,
+                         int64_t C, int64_t inner, cudaStream_t st) {
+  const bool vec = numel % 4 == 0;
+  const int64_t items = vec ? numel / 4 : numel;
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((items + 255) / 256, int64_t(sm_count()) * 16));
+  if (vec)
+    split_reduce_kernel<T, 4><<<unsigned(blocks), 256, 0, st>>>(
+        ws, splits, static_cast<T*>(dst), static_cast<const T*>(bias), numel, C, inner);
+  else
+    split_reduce_kernel<T, 1><<<unsigned(blocks), 256, 0, st>>>(
+        ws, splits, static_cast<T*>(dst), static_cast<const T*>(bias), numel, C, inner);
+  return cudaGetLastError();
+}
+}  // namespace
+
+cudaError_t launch_igemm_split_reduce(const float* ws, int splits, void* dst, const void* bias,
+                                      int64_t numel, int64_t C, int64_t inner, DType dt,
+                                      cudaStream_t st) {
+  if (numel == 0) return cudaSuccess;
+  switch (dt) {
+    case DType::kHalf: return split_reduce<__half>(ws, splits, dst, bias, numel, C, inner, st);
+    case DType::kBFloat16:
+      return split_reduce<__nv_bfloat16>(ws, splits, dst, bias, numel, C, inner, st);
+    case DType::kFloat: return split_reduce<float>(ws, splits, dst, bias, numel, C, inner, st);
     default: return cudaErrorInvalidValue;
   }
 }

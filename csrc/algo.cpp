@@ -12,9 +12,10 @@ namespace {
 
 const char* const kAlgoNames[] = {  // in Algo's order
     "narrow_output",  "direct",           "direct_tensorop",     "direct_simt",
-    "patch_gemm",     "implicit_gemm_padded", "implicit_gemm",    "implicit_gemm_mma",   "implicit_gemm_wgmma",
+    "patch_gemm",     "implicit_gemm_padded", "depthwise", "implicit_gemm",    "implicit_gemm_mma",   "implicit_gemm_wgmma",
     "implicit_gemm_wgmma_ws", "implicit_gemm_halo", "implicit_gemm_simt", "direct",
-    "implicit_gemm_padded", "wgmma_nchw", "tensorop", "simt", "direct", "tensorop_padded",
+    "implicit_gemm_padded", "depthwise", "wgmma_nchw", "tensorop", "simt", "direct", "tensorop_padded",
+    "depthwise",
     "tap_gather",     "strided",
     "avx2",           "baseline"};
 
@@ -28,8 +29,8 @@ struct Range {
 };
 const Range kPassAlgos[int(Pass::kCount)] = {
     {Algo::kNarrowOutput, Algo::kImplicitGemmSimt},
-    {Algo::kImplicitGemm, Algo::kDgradPadded},
-    {Algo::kWgradWgmmaNchw, Algo::kWgradPadded},
+    {Algo::kImplicitGemm, Algo::kDgradDepthwise},
+    {Algo::kWgradWgmmaNchw, Algo::kWgradDepthwise},
     {Algo::kTapGather, Algo::kStrided},
     {Algo::kCpuAvx2, Algo::kCpuBaseline}};
 

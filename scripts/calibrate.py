@@ -26,10 +26,10 @@ import convt2d  # noqa: E402
 from convt2d.bench import sweep_configs  # noqa: E402
 
 ALGOS = {
-    "fwd": ["narrow_output", "direct_tensorop", "direct_simt", "patch_gemm", "implicit_gemm",
+    "fwd": ["narrow_output", "direct_tensorop", "direct_simt", "patch_gemm", "depthwise", "implicit_gemm",
             "implicit_gemm_simt"],
-    "dgrad": ["implicit_gemm", "implicit_gemm_simt", "direct", "implicit_gemm_padded"],
-    "wgrad": ["tensorop", "simt", "direct", "tensorop_padded", "wgmma_nchw"],
+    "dgrad": ["implicit_gemm", "implicit_gemm_simt", "direct", "implicit_gemm_padded", "depthwise"],
+    "wgrad": ["tensorop", "simt", "direct", "tensorop_padded", "wgmma_nchw", "depthwise"],
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -1646,19 +1646,78 @@ def test_direct_gradients_deterministic(monkeypatch):
     assert torch.equal(a, b)
 
 
-def test_depthwise_backward_runs_direct_by_default(monkeypatch):
-    """A depthwise k=4 s=2 upsampling layer's gradients go to the direct kernels (cost model:
-    the implicit GEMM's tiles would be 1/64 useful); a dense 64-channel layer's do not."""
+def test_depthwise_runs_its_kernels_by_default(monkeypatch):
+    """A depthwise k=4 s=2 upsampling layer runs the depthwise kernels in every pass, in
+    either layout; a dense 64-channel layer runs none of them."""
     _algo(monkeypatch, None)
-    for cfg, want in [(Cfg(4, 64, 64, 16, 16, k=4, stride=2, padding=1, groups=64), "direct"),
-                      (Cfg(4, 64, 64, 16, 16, k=3, stride=1, padding=1), None)]:
-        x, w, _ = cfg.make(torch.bfloat16, "cuda")
-        _backward_here(cfg, x, w, [True, True, False])
-        got = (_ran("dgrad"), _ran("wgrad"))
-        if want:
-            assert got == (want, want), convt2d.last_algorithms()
-        else:
-            assert "direct" not in got, convt2d.last_algorithms()
+    for cfg, want in [(Cfg(4, 64, 64, 16, 16, k=4, stride=2, padding=1, groups=64), True),
+                      (Cfg(4, 64, 64, 16, 16, k=3, stride=1, padding=1), False)]:
+        for cl in (False, True):
+            x, w, b = cfg.make(torch.bfloat16, "cuda")
+            if cl:
+                x = x.contiguous(memory_format=torch.channels_last)
+            convt2d.forward(x, w, b, **cfg.kwargs())
+            _backward_here(cfg, x, w, [True, True, False])
+            got = (_ran("fwd"), _ran("dgrad"), _ran("wgrad"))
+            if want:
+                assert got == ("depthwise",) * 3, convt2d.last_algorithms()
+            else:
+                assert not {"direct", "depthwise"} & set(got), convt2d.last_algorithms()
+
+
+# The depthwise kernels (forward/depthwise.cu, grad_input/dgrad_depthwise.cu,
+# grad_weight/wgrad_depthwise.cu): plain
+# depthwise (CenterNet-style k=4 s=2, k=3 s=1, k=5 s=2 with 96 channels: 3 warps of channels),
+# a channel multiplier (2 outputs per input channel), one input channel to 5 outputs,
+# dilation with stride (taps every sh / gcd(sh, dh) rows), output padding, padding that crops
+# taps, a tap reach beyond the image, a 1x1 image, k=16 s=8 (more taps than one register pass).
+_DEPTHWISE_CFGS = [
+    Cfg(2, 16, 16, 9, 11, k=4, stride=2, padding=1, groups=16, bias=True),
+    Cfg(3, 40, 40, 7, 6, k=3, stride=1, padding=1, groups=40, bias=False),
+    Cfg(2, 96, 96, 6, 5, k=5, stride=2, groups=96, bias=True),
+    Cfg(2, 6, 12, 5, 9, k=(3, 4), stride=(2, 3), dilation=(2, 3), output_padding=(1, 2),
+        groups=6, bias=True),
+    Cfg(3, 1, 5, 6, 7, k=3, stride=2, padding=2),
+    Cfg(1, 8, 8, 1, 1, k=3, stride=3, groups=8, bias=True),
+    Cfg(2, 4, 4, 3, 70, k=(1, 9), stride=(1, 4), padding=(0, 4), groups=4),
+    Cfg(2, 8, 8, 4, 3, k=16, stride=8, padding=4, groups=8, bias=True),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp64"])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _DEPTHWISE_CFGS, ids=lambda c: c.id())
+def test_depthwise_forced(cfg, dtype, layout, monkeypatch):
+    _algo(monkeypatch, "fwd:depthwise,dgrad:depthwise,wgrad:depthwise,bwd:strided")
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+          "fp64": torch.float64}[dtype]
+    x, w, b = cfg.make(dt, "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    check(x, w, b, cfg.kwargs(), what=f"depthwise {layout} {dtype} ")
+    assert _ran("fwd") == "depthwise", convt2d.last_algorithms()
+    _backward_here(cfg, x, w, [True, True, False])
+    assert _ran("dgrad") == "depthwise" and _ran("wgrad") == "depthwise", \
+        convt2d.last_algorithms()
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_depthwise_grad_weight_deterministic(layout):
+    """grad_weight of the depthwise kernel over many pixel splits is bitwise the same run to
+    run (fixed-order sums of the pixel lanes and of the splits)."""
+    cfg = Cfg(16, 64, 64, 40, 40, k=4, stride=2, padding=1, groups=64)
+    x, w, _ = cfg.make(torch.float32, "cuda")
+    gy = torch.randn(cfg.out_shape(), device="cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+        gy = gy.contiguous(memory_format=torch.channels_last)
+    k = cfg.kwargs()
+    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
+            list(k["dilation"]), [False, True, False]]
+    a = torch.ops.convt2d.backward(gy, x, w, *args)[1]
+    assert _ran("wgrad") == "depthwise", convt2d.last_algorithms()
+    b = torch.ops.convt2d.backward(gy, x, w, *args)[1]
+    assert torch.equal(a, b)
 
 
 # Channels zero-padded to whole 16-byte chunks so the tensor-core kernels take them

@@ -25,6 +25,7 @@ enum class Algo : int {
   kDirectSimt,          // forward/direct_cuda_core.cu
   kPatchGemm,           // forward/patch_gemm.cu: kernel == stride, one GEMM per image
   kFwdPadded,           // implicit GEMM on tensor cores, Cin/groups zero-padded to 16-byte chunks
+  kFwdDepthwise,        // forward/depthwise.cu: one input channel per group, CUDA cores
   // forward and grad_input: implicit GEMM per stride phase (implicit_gemm/)
   kImplicitGemm,        // tensor cores, the kernel picked by its launcher (below)
   kImplicitGemmMma,     // mma.sync tiles (compute capability 8.0+), no wgmma
@@ -35,12 +36,14 @@ enum class Algo : int {
   // grad_input only
   kDgradDirect,         // grad_input/dgrad_direct.cu: few channels per group, CUDA cores
   kDgradPadded,         // implicit GEMM on tensor cores, Cout/groups zero-padded to 16-byte chunks
+  kDgradDepthwise,      // grad_input/dgrad_depthwise.cu: one input channel per group
   // grad_weight
   kWgradWgmmaNchw,      // grad_weight/wgrad_nchw_sm90.cu: fp32 from the NCHW tensors
   kWgradTensorOp,       // grad_weight/wgrad_tensor_core.cu: mma.sync / wgmma tiles
   kWgradSimt,           // grad_weight/wgrad_cuda_core.cu
   kWgradDirect,         // grad_weight/wgrad_direct.cu: few weight elements, pixels split
   kWgradPadded,         // tensorop with Cin/groups and Cout/groups zero-padded to 16-byte chunks
+  kWgradDepthwise,      // grad_weight/wgrad_depthwise.cu: one input channel per group
   // backward transform
   kTapGather,           // grad_output gathered per tap; both gradients as 1x1 problems
   kStrided,             // the strided problem as it is

@@ -287,6 +287,13 @@ int autotune(const std::string& key, const std::vector<Candidate>& cands,
   return best;
 }
 
+// The depthwise kernels' weight ([Cin][Cout/groups][kh][kw] with Cin == groups, i.e.
+// [Cout][kh*kw]): contiguous, or transposed to [kh*kw][Cout] for a channels-fastest walk.
+at::Tensor depthwise_weight(const at::Tensor& w, const Problem& p, bool chan_last) {
+  if (!chan_last) return w.contiguous();
+  return w.reshape({p.Cout, p.kh * p.kw}).t().contiguous();
+}
+
 // The planner's query for a call: problem, number format, device, layouts.
 cuda::Query make_query(const Problem& p, DType dt, MathMode math) {
   cuda::Query q;
@@ -528,6 +535,15 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
       case Algo::kDirect:
       case Algo::kDirectTensorOp: run_direct(true); return true;
       case Algo::kDirectSimt: run_direct(false); return true;
+      case Algo::kFwdDepthwise: {
+        // Channels-last output: walked channels fastest, the weight as [kh*kw][Cout].
+        const bool cl = out.stride(1) == 1 && p.Cout > 1;
+        const at::Tensor w = depthwise_weight(weight, p, cl);
+        const cudaError_t e = cuda::launch_depthwise_forward(direct_params(w), cl, dt, st);
+        if (e == cudaErrorInvalidValue) return false;  // not taken, nothing launched
+        check_launch(e, "depthwise forward");
+        return true;
+      }
       case Algo::kFwdPadded: {
         // x and the weight with each group's input channels zero-padded to whole 16-byte
         // chunks: the tensor-core implicit GEMM then takes the problem.
@@ -654,6 +670,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         const Algo dgrad = cuda::plan_grad_input(q, ov.get(Pass::kGradInput));
         auto run = [&](int c) {
           const Algo a = c == tuning::kHeuristic ? dgrad : Algo(c);
+          if (a == Algo::kDgradDepthwise) {
+            // Channels-last grad_input: walked channels fastest, the weight [kh*kw][Cout].
+            const bool cl = gi.stride(1) == 1 && p.Cin > 1;
+            const at::Tensor wd = depthwise_weight(wv, p, cl);
+            cuda::DirectGradParams dp;
+            dp.p = p;
+            dp.gout = ref(go);
+            dp.gin = ref(gi);
+            dp.w = wd.data_ptr();
+            check_launch(cuda::launch_dgrad_depthwise(dp, cl, dt, st), "grad_input (depthwise)");
+            return;
+          }
           if (a == Algo::kDgradDirect) {
             // grad_output as it is (any layout), the weight contiguous.
             const at::Tensor wc = wv.contiguous();
@@ -686,6 +714,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         prm.gw = gw.data_ptr();
         prm.var = ov.var;
         Algo ran = Algo::kNone;
+        if (wgrad == Algo::kWgradDepthwise) {
+          // Channel lanes fastest where grad_output is channels-last, else pixel lanes.
+          const bool cl = go.stride(1) == 1 && p.Cout > 1;
+          const cuda::DirectWgradPlan plan = cuda::wgrad_depthwise_plan(p, cl, dt, sms);
+          cuda::DirectGradParams dp;
+          dp.p = p;
+          dp.x = ref(x);
+          dp.gout = ref(go);
+          dp.gw = gw.data_ptr();
+          dp.splits = plan.splits;
+          dp.pix_per_split = plan.pix_per_split;
+          auto ws = at::empty({plan.ws_elems},
+                              x.options().dtype(dt == DType::kDouble ? at::kDouble : at::kFloat));
+          dp.workspace = ws.data_ptr();
+          check_launch(cuda::launch_wgrad_depthwise(dp, cl, dt, st), "grad_weight (depthwise)");
+          ran = Algo::kWgradDepthwise;
+        }
         if (wgrad == Algo::kWgradDirect) {
           const cuda::DirectWgradPlan plan = cuda::wgrad_direct_plan(p, dt, sms);
           cuda::DirectGradParams dp;

@@ -43,6 +43,7 @@ constexpr double kDirectSimtRate = 4e12;     // FLOP/s, CUDA-core direct forward
 constexpr double kDirectTcRate = 25e12;      // FLOP/s, tensor-core direct forward
 constexpr double kDirectDgradRate = 2.0e12;  // products/s (the weight load is warp-uniform)
 constexpr double kDirectWgradRate = 1.5e12;  // products/s (two loads each)
+constexpr double kDepthwiseRate = 2e12;      // depthwise forward: (taps + 8) per output / s
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 int64_t elem_bytes(DType dt) {
@@ -106,8 +107,14 @@ double fwd_time(Algo a, const Query& q) {
     case Algo::kDirectSimt:
       return kLaunch + std::max(mem, flops / (kDirectSimtRate * fill(pix, kDirectPixels)));
     case Algo::kDirect:
-    case Algo::kDirectTensorOp:  // + the weight packing (3 launches)
-      return 4 * kLaunch + std::max(mem, flops / (kDirectTcRate * fill(pix, kDirectPixels)));
+    case Algo::kDirectTensorOp:  // + the weight packing (3 launches); tiles of 16+ outputs
+      return 4 * kLaunch +
+             std::max(mem, flops * double(round_up(p.cout_g(), 16)) / double(p.cout_g()) /
+                               (kDirectTcRate * fill(pix, kDirectPixels)));
+    case Algo::kFwdDepthwise: {  // per output its taps plus the index arithmetic
+      const double taps = double((p.kh + p.sh - 1) / p.sh) * double((p.kw + p.sw - 1) / p.sw);
+      return kLaunch + std::max(mem, double(p.N * p.Cout * p.Ho * p.Wo) * (taps + 8) / kDepthwiseRate);
+    }
     case Algo::kPatchGemm:
       return kLaunch + std::max(mem, 2.0 * double(p.N * p.H * p.W) * double(p.groups) *
                                          double(round_up(p.cout_g() * p.kh * p.kw, 64)) *
@@ -189,6 +196,8 @@ double wgrad_time(Algo a, const Query& q) {
       return 2 * kLaunch +
              std::max(mem, double(p.Cin * p.cout_g()) * kk * P / (kDirectWgradRate * eff));
     }
+    case Algo::kWgradDepthwise:  // x and grad_output read once; a product per tap and pixel
+      return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / (2 * kDirectWgradRate));
     case Algo::kWgradWgmmaNchw:
     case Algo::kWgradTensorOp:
       return 4 * kLaunch +
@@ -247,6 +256,12 @@ bool can_implement(Algo a, const Query& q) {
     case Algo::kDirectTensorOp:
       return q.dt != DType::kDouble && direct_forward_fits(p, q.dt) &&
              direct_tc_channels(p, q.dt, q.math) > 0;
+    case Algo::kFwdDepthwise:  // one input channel per group, 32-bit indices
+      return depthwise_forward_supported(p);
+    case Algo::kWgradDepthwise:
+      return wgrad_depthwise_supported(p);
+    case Algo::kDgradDepthwise:
+      return dgrad_depthwise_supported(p);
     case Algo::kPatchGemm:     // kernel == stride, NCHW in and out
       return tensor_cores(q) && q.x_nchw && q.out_nchw && patch_gemm_supported(p, q.dt);
     case Algo::kImplicitGemm:
@@ -306,6 +321,10 @@ std::vector<Algo> forward_rules(const Query& q) {
   std::vector<Algo> seq;
   const Problem& p = q.p;
   const double kpo = k_per_output(p);
+  // One input channel per group (depthwise; a single input channel): each output has a
+  // handful of taps, the bytes moved are the floor, and the depthwise kernel reads x once
+  // per tap in the output's own memory order (either layout).
+  if (can_implement(Algo::kFwdDepthwise, q)) seq.push_back(Algo::kFwdDepthwise);
   // 1..8 outputs per group with many reduced channels per output (a GAN's RGB layer, a
   // keypoint head) and x rows contiguous (its loads run along W): the narrow kernel.
   if (can_implement(Algo::kNarrowOutput, q) && p.cout_g() <= 8 && kpo >= kNarrowMinK &&
@@ -357,7 +376,7 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced) {
   Algo best = rule;
   double tb = fwd_time(rule, q);
   for (Algo a : {Algo::kNarrowOutput, Algo::kDirectSimt, Algo::kDirectTensorOp,
-                 Algo::kPatchGemm, Algo::kFwdPadded, Algo::kImplicitGemm}) {
+                 Algo::kPatchGemm, Algo::kFwdPadded, Algo::kFwdDepthwise, Algo::kImplicitGemm}) {
     if (a == rule || !forward_model_candidate(a, q)) continue;
     const double t = fwd_time(a, q);
     if (t < tb) {
@@ -373,7 +392,7 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced) {
 std::vector<Algo> forward_candidates(const Query& q) {
   std::vector<Algo> c;
   for (Algo a : {Algo::kPatchGemm, Algo::kNarrowOutput, Algo::kDirectTensorOp,
-                 Algo::kDirectSimt, Algo::kFwdPadded})
+                 Algo::kDirectSimt, Algo::kFwdPadded, Algo::kFwdDepthwise})
     if (can_implement(a, q)) c.push_back(a);
   if (tensor_cores(q)) {
     // The implicit GEMM's kernels: on Hopper the two-block wgmma one and, for 64 or more
@@ -399,9 +418,15 @@ Algo plan_grad_input(const Query& q, Algo forced) {
   // tensor-core kernel picked by the launcher (implicit_gemm/igemm_tensor_core.cu), unless
   // the GEMM's N (Cin/groups) and K (Cout/groups x taps) are so small that its tiles are
   // mostly padding: then the direct kernel, whose floor is the bytes moved (cost model).
-  if (forced != Algo::kNone && forced >= Algo::kImplicitGemm && forced <= Algo::kDgradPadded &&
+  if (forced != Algo::kNone && forced >= Algo::kImplicitGemm && forced <= Algo::kDgradDepthwise &&
       can_implement(forced, q))
     return forced;
+  // One input channel per group and at most 8 outputs per group: the depthwise kernel
+  // (grad_output read once per tap, in grad_input's memory order). With more outputs per
+  // input channel (a single input channel to hundreds) its serial sum over them leaves the GPU
+  // latency-bound (one input channel to 512, k=4 s=2: 1.1 ms against 0.08 ms for cuDNN), and
+  // the cost model chooses below.
+  if (can_implement(Algo::kDgradDepthwise, q) && q.p.cout_g() <= 8) return Algo::kDgradDepthwise;
   // Cout/groups not in whole 16-byte chunks keeps the GEMM off tensor cores; padding the
   // channels with zeros (a copy of grad_output) puts it back on them.
   Algo best = Algo::kImplicitGemm;
@@ -418,6 +443,7 @@ std::vector<Algo> grad_input_candidates(const Query& q) {
   std::vector<Algo> c;
   if (tensor_cores(q) && q.wgmma && q.p.cin_g() >= 64)
     c = {Algo::kImplicitGemmWgmma, Algo::kImplicitGemmWgmmaWs, Algo::kImplicitGemmHalo};
+  if (can_implement(Algo::kDgradDepthwise, q)) c.push_back(Algo::kDgradDepthwise);
   // The direct kernel where the model puts it within 4x of the GEMM (either side).
   const double d = dgrad_direct_time(q), g = dgrad_gemm_time(q);
   if (can_implement(Algo::kDgradDirect, q) && d < 4 * g && g < 4 * d) {
@@ -430,8 +456,12 @@ std::vector<Algo> grad_input_candidates(const Query& q) {
 Algo plan_grad_weight(const Query& q, Algo forced) {
   if (forced == Algo::kWgradSimt) return Algo::kWgradSimt;
   if ((forced == Algo::kWgradWgmmaNchw || forced == Algo::kWgradTensorOp ||
-       forced == Algo::kWgradDirect || forced == Algo::kWgradPadded) && can_implement(forced, q))
+       forced == Algo::kWgradDirect || forced == Algo::kWgradPadded ||
+       forced == Algo::kWgradDepthwise) && can_implement(forced, q))
     return forced;
+  // One input channel per group: the depthwise kernel reads x and grad_output once, in
+  // grad_output's memory order (channels or pixels fastest).
+  if (can_implement(Algo::kWgradDepthwise, q)) return Algo::kWgradDepthwise;
   // fp32 with TF32 off (3xTF32) from the NCHW tensors themselves on Hopper wgmma: no
   // channels-last copies. With TF32 on, the tensorop kernel's TF32 tiles measured faster.
   Algo a = Algo::kWgradSimt;

@@ -225,6 +225,14 @@ bool tc_wgrad_km_supported(const WgradParams& prm, DType dt);
 TcWgradPlan tc_wgrad_km_plan(const Problem& p, int num_sms);
 cudaError_t launch_tc_wgrad_km(const WgradParams& prm, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
+// Depthwise forward (forward/depthwise.cu; any dtype and strides): one input channel per
+// group (Cin/groups == 1), outputs under 2^31 elements, strides up to 32. chan_last: the walk
+// goes channels fastest (for a channels-last output) and w is the weight transposed to
+// [kh*kw][Cout]; else columns fastest, w [Cout][kh*kw] (the weight contiguous).
+// cudaErrorInvalidValue: not taken, nothing launched.
+bool depthwise_forward_supported(const Problem& p);
+cudaError_t launch_depthwise_forward(const DirectParams& prm, bool chan_last, DType dt,
+                                     cudaStream_t st);
 // Narrow forward (forward/narrow_output.cu; fp32 / fp16 / bf16, fp32 FMA for all): 1..8 output
 // channels per group with many reduced channels per output (a GAN's RGB layer), the
 // taps' row offsets stepping by one (dilation dividing the stride), phase weights
@@ -265,8 +273,22 @@ struct DirectWgradPlan {
   int64_t splits = 1, pix_per_split = 0, ws_elems = 0;
 };
 cudaError_t launch_dgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st);
+// Depthwise grad_input (grad_input/dgrad_depthwise.cu; any dtype and strides): one input
+// channel per group, grad_input under 2^31 elements; chan_last and w as for the depthwise
+// forward (the walk over grad_input). cudaErrorInvalidValue: not taken, nothing launched.
+bool dgrad_depthwise_supported(const Problem& p);
+cudaError_t launch_dgrad_depthwise(const DirectGradParams& prm, bool chan_last, DType dt,
+                                   cudaStream_t st);
 DirectWgradPlan wgrad_direct_plan(const Problem& p, DType dt, int num_sms);
 cudaError_t launch_wgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st);
+// Depthwise grad_weight (grad_weight/wgrad_depthwise.cu; any dtype and strides): one input
+// channel per group, kh*kw <= 1024, N*H*W under 2^30; channel lanes fastest where
+// grad_output is channels-last (chan_last), pixel lanes fastest otherwise. Workspace and
+// pixel split from wgrad_depthwise_plan (the same chan_last).
+bool wgrad_depthwise_supported(const Problem& p);
+DirectWgradPlan wgrad_depthwise_plan(const Problem& p, bool chan_last, DType dt, int num_sms);
+cudaError_t launch_wgrad_depthwise(const DirectGradParams& prm, bool chan_last, DType dt,
+                                   cudaStream_t st);
 
 // Contiguous NCHW -> contiguous NHWC (channels-last) copy (common/layout_kernels.cu).
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,

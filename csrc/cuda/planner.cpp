@@ -102,8 +102,14 @@ double fwd_time(Algo a, const Query& q) {
   const double flops = 2.0 * pix * double(p.Cout) * double(p.cin_g()) * kk / phases;
   const double mem = bytes / kBandwidth;
   switch (a) {
-    case Algo::kNarrowOutput:
-      return kLaunch + std::max(mem, flops / (kNarrowRate * fill(pix, kDirectPixels)));
+    case Algo::kNarrowOutput: {
+      // Its warps take 32 columns x 8 rows of a stride phase: narrow phases (a small image)
+      // leave lanes idle, so its work is that of the rounded-up phase.
+      const double nqx = double((p.Wo + p.sw - 1) / p.sw), nqy = double((p.Ho + p.sh - 1) / p.sh);
+      const double util = nqx / double(round_up(int64_t(nqx), 32)) *
+                          nqy / double(round_up(int64_t(nqy), 8));
+      return kLaunch + std::max(mem, flops / util / (kNarrowRate * fill(pix / util, kDirectPixels)));
+    }
     case Algo::kDirectSimt:
       return kLaunch + std::max(mem, flops / (kDirectSimtRate * fill(pix, kDirectPixels)));
     case Algo::kDirect:

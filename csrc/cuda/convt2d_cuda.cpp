@@ -600,7 +600,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   const DType dt = to_dtype(input.scalar_type());
   const MathMode math = math_mode(input.scalar_type());
   cudaStream_t st = at::cuda::getCurrentCUDAStream();
-  at::Tensor gi = not_requested(input), gw = not_requested(input), gb = not_requested(input);
+  // (the placeholders of gradients not asked for are made at the end: no allocations before)
+  at::Tensor gi, gw, gb;
   const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const AlgoOverride& ov = algo_override();
 
@@ -626,7 +627,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
       grads;
   grads = [&](const at::Tensor& go, const at::Tensor& wv, const Problem& p, const at::Tensor& x,
               bool want_gi, bool want_gw) -> std::pair<at::Tensor, at::Tensor> {
-    at::Tensor gi = not_requested(x), gw = not_requested(x);
+    at::Tensor gi, gw;  // undefined where not asked for
     const cuda::Query q = query(p, go, x, want_gi, want_gw);
     // Channels padded to whole 16-byte chunks (implicit_gemm_padded, tensorop_padded): the
     // gradients of the padded problem on tensor cores, then the real channels.
@@ -876,6 +877,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   if (output_mask[2]) {
     gb = grad_output.sum({0, 2, 3});  // one bandwidth-bound pass, fp32 accumulation
   }
+  if (!output_mask[0]) gi = not_requested(input);
+  if (!output_mask[1]) gw = not_requested(input);
+  if (!output_mask[2]) gb = not_requested(input);
   return {gi, gw, gb};
 }
 

@@ -88,10 +88,12 @@ cudaError_t run(const DirectGradParams& prm, bool chan_last, cudaStream_t st) {
 }  // namespace
 
 bool dgrad_depthwise_supported(const Problem& p) {
-  // 31-bit element indices and coordinates (iy*sh + ky*dh and the like).
+  // 31-bit element indices and coordinates (iy*sh + ky*dh and the like), and weight offsets
+  // (co * kh*kw, co = c*m + j: the weight's elements).
   const int64_t lim = (int64_t(1) << 31) - (int64_t(1) << 24);
   const int64_t big = int64_t(1) << 14;
   return p.cin_g() == 1 && p.N * p.Cin * p.H * p.W < lim && p.N * p.Cin * p.H * p.W > 0 &&
+         p.Cout * p.kh * p.kw < lim &&
          p.H < big && p.W < big && p.sh < big && p.sw < big && p.kh * p.dh < (1 << 30) - big * big &&
          p.kw * p.dw < (1 << 30) - big * big && p.ph < big && p.pw < big && p.Ho < (1 << 30) &&
          p.Wo < (1 << 30);

@@ -103,6 +103,11 @@ Problem make_problem(const at::Tensor& input, const at::Tensor& weight,
   TORCH_CHECK(p.Ho > 0 && p.Wo > 0, "Given input size per channel: (", p.H, " x ", p.W,
               "). Calculated output size per channel: (", p.Ho, " x ", p.Wo,
               "). Output size is too small");
+  // A kernel extent of 1 makes its dilation irrelevant (every tap offset ky*dh is 0): set
+  // it to 1 after the checks that still read it, so kernels that take only dilation 1 take
+  // the layer.
+  if (p.kh == 1) p.dh = 1;
+  if (p.kw == 1) p.dw = 1;
   return p;
 }
 

@@ -1614,6 +1614,14 @@ _DIRECT_GRAD_CFGS = [
     Cfg(2, 1, 7, 5, 5, k=(5, 3), stride=1, padding=(0, 1)),
     Cfg(1, 6, 6, 1, 1, k=3, stride=3, groups=3, bias=False),
     Cfg(4, 8, 16, 3, 70, k=(1, 9), stride=(1, 4), padding=(0, 4), groups=8),
+    # grad_input's channel chunks (8, 4, 2 input channels a thread): many input channels to
+    # one output, grouped with dilation and cropping, output padding, two channels a group.
+    Cfg(2, 256, 1, 7, 9, k=4, stride=2, padding=1),
+    Cfg(2, 48, 8, 5, 6, k=3, stride=3, padding=1, dilation=2, groups=2, bias=True),
+    Cfg(3, 12, 6, 4, 5, k=(2, 3), stride=(1, 2), output_padding=(0, 1), groups=3),
+    Cfg(2, 6, 3, 5, 4, k=3, stride=2, groups=3),
+    # a 1x1 kernel's dilation (made 1) with the output padding it allows
+    Cfg(2, 16, 8, 5, 6, k=1, stride=2, output_padding=2, dilation=3, bias=True),
 ]
 
 

@@ -684,8 +684,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
             return;
           }
           if (a == Algo::kDgradDirect) {
-            // grad_output as it is (any layout), the weight contiguous.
-            const at::Tensor wc = wv.contiguous();
+            // grad_output as it is (any layout); the weight as it is or transposed to
+            // [G][Cog][kh][kw][Cig] (dgrad_direct.cu).
+            const bool cl = gi.stride(1) == 1 && p.Cin > 1;
+            const at::Tensor wc =
+                cuda::dgrad_direct_transposed_weight(p, cl)
+                    ? wv.reshape({G, cig, cog * p.kh * p.kw}).transpose(1, 2).contiguous()
+                    : wv.contiguous();
             cuda::DirectGradParams dp;
             dp.p = p;
             dp.gout = ref(go);

@@ -288,7 +288,7 @@ bool can_implement(Algo a, const Query& q) {
     case Algo::kWgradSimt:
       return true;
     case Algo::kDgradDirect:
-      return p.N * p.Cin * p.H * p.W > 0;
+      return p.N * p.Cin * p.H * p.W > 0 && dgrad_direct_supported(p);
     case Algo::kFwdPadded:  // only where Cin/groups is not whole chunks already
       return tensor_cores(q) && p.cin_g() % chunk_elems(q.dt) != 0;
     case Algo::kDgradPadded:  // only where Cout/groups is not whole chunks already
@@ -384,6 +384,11 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced) {
   for (Algo a : {Algo::kNarrowOutput, Algo::kDirectSimt, Algo::kDirectTensorOp,
                  Algo::kPatchGemm, Algo::kFwdPadded, Algo::kFwdDepthwise, Algo::kImplicitGemm}) {
     if (a == rule || !forward_model_candidate(a, q)) continue;
+    // One input channel per group: the model's direct-kernel times are far too low there
+    // (a dilated depthwise k3 s3 layer: predicted 0.2 ms, ran 7.9 ms; the depthwise kernel
+    // beat the direct ones by 2x in geomean over the class, docs/perf-log.md v22).
+    if (rule == Algo::kFwdDepthwise && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp))
+      continue;
     const double t = fwd_time(a, q);
     if (t < tb) {
       tb = t;

@@ -264,7 +264,7 @@ int direct_tc_channels(const Problem& p, DType dt, MathMode math, int nt_cap = 0
 struct DirectGradParams {
   Problem p;
   TensorRef x, gout, gin;      // input (grad_weight), grad_output, grad_input (grad_input)
-  const void* w = nullptr;     // grad_input: the weight [Cin][Cog][kh][kw] contiguous
+  const void* w = nullptr;     // grad_input: the weight, as each launcher says
   void* workspace = nullptr;   // grad_weight: fp32 (fp64) [splits][G * Cig*Cog*kh*kw]
   void* gw = nullptr;          // grad_weight: [Cin][Cog][kh][kw] contiguous, dtype of x
   int64_t splits = 1, pix_per_split = 0;  // grad_weight: the pixel (n, iy, ix) ranges
@@ -272,6 +272,13 @@ struct DirectGradParams {
 struct DirectWgradPlan {
   int64_t splits = 1, pix_per_split = 0, ws_elems = 0;
 };
+// grad_input (grad_input/dgrad_direct.cu): w is the weight [Cin][Cog][kh][kw] contiguous, or,
+// where dgrad_direct_transposed_weight(p, chan_last) says (chan_last: grad_input's stride
+// along C is 1 and Cin > 1), transposed per group, [G][Cog][kh][kw][Cig] contiguous;
+// grad_output and grad_input any strides.
+// cudaErrorInvalidValue: not taken (dgrad_direct_supported), nothing launched.
+bool dgrad_direct_supported(const Problem& p);
+bool dgrad_direct_transposed_weight(const Problem& p, bool chan_last);
 cudaError_t launch_dgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st);
 // Depthwise grad_input (grad_input/dgrad_depthwise.cu; any dtype and strides): one input
 // channel per group, grad_input under 2^31 elements; chan_last and w as for the depthwise

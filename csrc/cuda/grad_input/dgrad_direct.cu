@@ -1,10 +1,16 @@
-// grad_input of few channels per group (depthwise, grouped): one thread per grad_input
-// element, summing Cout/groups x taps products of grad_output with the weight on CUDA cores.
+// grad_input where the implicit GEMM's tiles would be mostly padding: few output channels per
+// group (an RGB or keypoint layer's grad_input, K = Cout/groups x taps small) or few channels
+// per group. Each thread takes one grad_input pixel and CC consecutive input channels of one
+// group on CUDA cores, so each grad_output value it gathers serves CC outputs:
 //   gi[n, ci, iy, ix] = sum over co in ci's group, (ky, kx) of
 //       w[ci, co, ky, kx] * go[n, co, iy*sh - ph + ky*dh, ix*sw - pw + kx*dw]
-// The implicit GEMM's N is Cin/groups here: with a handful of channels per group its tiles
-// are mostly padding, and the layer is bandwidth-bound (docs/design.md, "The planner").
-// Any dtype and strides; threads walk grad_input in its memory order (coalesced stores).
+// NCHW grad_input: lanes walk pixels (coalesced stores per channel), the weight read as it is
+// (warp-uniform loads). Channels-last: lanes walk channel chunks (CC-element vector stores),
+// the weight transposed per group, wt[g][co][ky][kx][ci - g*cig], so the CC weights of a tap
+// are one vector load, contiguous across lanes. The floor is the bytes moved: grad_input
+// written once, grad_output read about once per tap through L1 (docs/design.md, "grad_input").
+// Any dtype and strides.
+#include "cuda/common/fast_div.cuh"
 #include "cuda/common/kernels.h"
 #include "cuda/common/mma_core.cuh"
 
@@ -14,61 +20,157 @@ namespace convt2d {
 namespace cuda {
 namespace {
 
-template <typename T, bool kChanLast>
-__global__ void __launch_bounds__(256) dgrad_direct_kernel(const DirectGradParams prm) {
+// CC elements loaded / stored as one aligned vector.
+template <typename T, int CC>
+struct alignas(sizeof(T) * CC > 16 ? 16 : sizeof(T) * CC) Pack {
+  T v[CC];
+};
+
+struct DgradDirectGeo {
+  FastDiv W, H, chunks;   // chunks = Cin / CC
+  FastDiv chunks_per_group;
+  int64_t items = 0;      // N * H * W * chunks
+};
+
+template <typename T, bool kChanLast, bool kWt, int CC>
+__global__ void __launch_bounds__(256, 3) dgrad_direct_kernel(const DirectGradParams prm,
+                                                           const DgradDirectGeo geo) {
   using Acc = typename AccOf<T>::type;
   const Problem& p = prm.p;
-  const int64_t cig = p.cin_g(), cog = p.cout_g(), kk = p.kh * p.kw;
-  const int64_t total = p.N * p.Cin * p.H * p.W;
+  const int cig = int(p.cin_g()), cog = int(p.cout_g()), kk = int(p.kh * p.kw);
   const T* __restrict__ go = static_cast<const T*>(prm.gout.ptr);
-  const T* __restrict__ w = static_cast<const T*>(prm.w);
+  const T* __restrict__ wt = static_cast<const T*>(prm.w);
   T* __restrict__ gi = static_cast<T*>(prm.gin.ptr);
-  const int64_t step = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
-    int64_t r = i, n, ci, iy, ix;
-    if constexpr (kChanLast) {
-      ci = r % p.Cin; r /= p.Cin;
-      ix = r % p.W; r /= p.W;
-      iy = r % p.H; n = r / p.H;
-    } else {
-      ix = r % p.W; r /= p.W;
-      iy = r % p.H; r /= p.H;
-      ci = r % p.Cin; n = r / p.Cin;
+  const uint32_t step = gridDim.x * blockDim.x;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < uint32_t(geo.items); i += step) {
+    uint32_t r = i, n, chunk, iy, ix;
+    if constexpr (kChanLast) {  // (n, iy, ix, chunk): channel chunks fastest
+      geo.chunks.divmod(r, r, chunk);
+      geo.W.divmod(r, r, ix);
+      geo.H.divmod(r, n, iy);
+    } else {  // (n, chunk, iy, ix): columns fastest
+      geo.W.divmod(r, r, ix);
+      geo.H.divmod(r, r, iy);
+      geo.chunks.divmod(r, n, chunk);
     }
-    const int64_t co0 = (ci / cig) * cog;
-    const T* wp = w + ci * cog * kk;
-    const T* gp = go + n * prm.gout.sn + co0 * prm.gout.sc;
-    Acc acc = Acc(0);
-    for (int64_t ky = 0; ky < p.kh; ++ky) {
-      const int64_t oy = iy * p.sh - p.ph + ky * p.dh;
-      if (oy < 0 || oy >= p.Ho) continue;
-      for (int64_t kx = 0; kx < p.kw; ++kx) {
-        const int64_t ox = ix * p.sw - p.pw + kx * p.dw;
-        if (ox < 0 || ox >= p.Wo) continue;
-        const T* q = gp + oy * prm.gout.sh + ox * prm.gout.sw;
-        const T* wq = wp + ky * p.kw + kx;
-        for (int64_t co = 0; co < cog; ++co)
-          acc += Cvt<T>::to_acc(q[co * prm.gout.sc]) * Cvt<T>::to_acc(wq[co * kk]);
+    uint32_t g, j;
+    geo.chunks_per_group.divmod(chunk, g, j);
+    const int ci0 = int(g) * cig + int(j) * CC;
+    const T* gp = go + int64_t(n) * prm.gout.sn + int64_t(g) * cog * prm.gout.sc;
+    // kWt: wt[g][co][tap][j*CC + c]; else w[ci0 + c][co][tap].
+    const T* wp = wt + int64_t(g) * cog * kk * cig + int64_t(j) * CC * (kWt ? 1 : cog * kk);
+    Acc acc[CC];
+#pragma unroll
+    for (int c = 0; c < CC; ++c) acc[c] = Acc(0);
+    // Coordinates in 32-bit ints (dgrad_direct_supported); pointers stepped, not recomputed.
+    const int64_t gsh = prm.gout.sh, gsw = prm.gout.sw, gsc = prm.gout.sc;
+    const int wci = kWt ? 1 : cog * kk;        // between input channels' weights
+    const int wco = kWt ? kk * cig : kk;       // between output channels' weights
+    const int wtap = kWt ? cig : 1;            // between taps' weights
+    int oy = int(iy) * int(p.sh) - int(p.ph);
+    for (int ky = 0; ky < int(p.kh); ++ky, oy += int(p.dh)) {
+      if (unsigned(oy) >= unsigned(p.Ho)) continue;
+      const T* qrow = gp + oy * gsh;
+      int ox = int(ix) * int(p.sw) - int(p.pw);
+      for (int kx = 0; kx < int(p.kw); ++kx, ox += int(p.dw)) {
+        if (unsigned(ox) >= unsigned(p.Wo)) continue;
+        const T* q = qrow + ox * gsw;
+        const T* wq = wp + (ky * int(p.kw) + kx) * wtap;
+#pragma unroll 2
+        for (int co = 0; co < cog; ++co, q += gsc, wq += wco) {
+          const Acc v = Cvt<T>::to_acc(*q);
+          if constexpr (kWt) {
+            const Pack<T, CC> wv = *reinterpret_cast<const Pack<T, CC>*>(wq);
+#pragma unroll
+            for (int c = 0; c < CC; ++c) acc[c] += v * Cvt<T>::to_acc(wv.v[c]);
+          } else {
+#pragma unroll
+            for (int c = 0; c < CC; ++c) acc[c] += v * Cvt<T>::to_acc(wq[c * wci]);
+          }
+        }
       }
     }
-    gi[n * prm.gin.sn + ci * prm.gin.sc + iy * prm.gin.sh + ix * prm.gin.sw] = Cvt<T>::from_acc(acc);
+    T* out = gi + int64_t(n) * prm.gin.sn + int64_t(iy) * prm.gin.sh + int64_t(ix) * prm.gin.sw;
+    if constexpr (kChanLast) {  // contiguous channels (launch: sc == 1, aligned)
+      Pack<T, CC> o;
+#pragma unroll
+      for (int c = 0; c < CC; ++c) o.v[c] = Cvt<T>::from_acc(acc[c]);
+      *reinterpret_cast<Pack<T, CC>*>(out + ci0) = o;
+    } else {
+#pragma unroll
+      for (int c = 0; c < CC; ++c) out[int64_t(ci0 + c) * prm.gin.sc] = Cvt<T>::from_acc(acc[c]);
+    }
+  }
+}
+
+template <typename T, bool kWt, int CC>
+cudaError_t run_cc(const DirectGradParams& prm, bool chan_last, const DgradDirectGeo& geo,
+                   cudaStream_t st) {
+  // Blocks of 256 threads, smaller where that leaves SMs idle (a small layer's few items).
+  const int64_t sms = sm_count();
+  const int bs = geo.items >= sms * 512 ? 256 : geo.items >= sms * 128 ? 128 : 64;
+  const int64_t blocks = std::min<int64_t>((geo.items + bs - 1) / bs, sms * 16 * (256 / bs));
+  if (chan_last)
+    dgrad_direct_kernel<T, true, kWt, CC><<<unsigned(blocks), bs, 0, st>>>(prm, geo);
+  else
+    dgrad_direct_kernel<T, false, kWt, CC><<<unsigned(blocks), bs, 0, st>>>(prm, geo);
+  return cudaGetLastError();
+}
+
+template <typename T, bool kWt>
+cudaError_t run_wt(const DirectGradParams& prm, bool chan_last, int cc, const DgradDirectGeo& geo,
+                   cudaStream_t st) {
+  switch (cc) {
+    case 8: return run_cc<T, kWt, 8>(prm, chan_last, geo, st);
+    case 4: return run_cc<T, kWt, 4>(prm, chan_last, geo, st);
+    case 2: return run_cc<T, kWt, 2>(prm, chan_last, geo, st);
+    default: return run_cc<T, kWt, 1>(prm, chan_last, geo, st);
   }
 }
 
 template <typename T>
 cudaError_t run(const DirectGradParams& prm, cudaStream_t st) {
   const Problem& p = prm.p;
-  const int64_t total = p.N * p.Cin * p.H * p.W;
-  if (total == 0) return cudaSuccess;
-  const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t(sm_count()) * 64);
-  if (prm.gin.sc == 1 && p.Cin > 1)
-    dgrad_direct_kernel<T, true><<<unsigned(blocks), 256, 0, st>>>(prm);
-  else
-    dgrad_direct_kernel<T, false><<<unsigned(blocks), 256, 0, st>>>(prm);
-  return cudaGetLastError();
+  if (!dgrad_direct_supported(p)) return cudaErrorInvalidValue;
+  if (p.N * p.Cin * p.H * p.W == 0) return cudaSuccess;
+  const bool cl = prm.gin.sc == 1 && p.Cin > 1;
+  const bool wt = dgrad_direct_transposed_weight(p, cl);
+  // CC: the widest of 8, 4, 2, 1 that divides Cin/groups (chunks never cross a group) and
+  // keeps the vector loads (transposed weight) and stores (channels-last) aligned.
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(prm.gin.ptr);
+  const uintptr_t waddr = reinterpret_cast<uintptr_t>(prm.w);
+  int cc = 8;
+  while (cc > 1 &&
+         (p.cin_g() % cc != 0 || (wt && waddr % (sizeof(T) * cc) != 0) ||
+          (cl && (prm.gin.sn % cc != 0 || prm.gin.sh % cc != 0 || prm.gin.sw % cc != 0 ||
+                  addr % (sizeof(T) * cc) != 0))))
+    cc /= 2;
+  DgradDirectGeo geo;
+  geo.W = FastDiv(uint32_t(p.W));
+  geo.H = FastDiv(uint32_t(p.H));
+  geo.chunks = FastDiv(uint32_t(p.Cin / cc));
+  geo.chunks_per_group = FastDiv(uint32_t(p.cin_g() / cc));
+  geo.items = p.N * p.H * p.W * (p.Cin / cc);
+  return wt ? run_wt<T, true>(prm, cl, cc, geo, st) : run_wt<T, false>(prm, cl, cc, geo, st);
 }
 
 }  // namespace
+
+bool dgrad_direct_transposed_weight(const Problem& p, bool chan_last) {
+  // Channels-last lanes take different channels (the transposed weight keeps their loads
+  // contiguous); NCHW lanes share them, and 4 or more channels a thread make one vector load
+  // of the transposed weight worth its copy.
+  return chan_last || p.cin_g() % 4 == 0;
+}
+
+bool dgrad_direct_supported(const Problem& p) {
+  // 31-bit work items (pixels x channels), tap coordinates (iy*sh - ph + ky*dh) and the
+  // weight's offsets within a group (Cout/groups x taps x Cin/groups).
+  const int64_t lim = (int64_t(1) << 31) - (int64_t(1) << 24);
+  return p.N * p.Cin * p.H * p.W < lim && p.H * p.sh + p.ph < lim && p.W * p.sw + p.pw < lim &&
+         p.Ho < lim && p.Wo < lim && p.kh * p.dh < lim && p.kw * p.dw < lim &&
+         p.cout_g() * p.kh * p.kw * p.cin_g() < lim;
+}
 
 cudaError_t launch_dgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st) {
   switch (dt) {

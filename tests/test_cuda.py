@@ -1267,7 +1267,7 @@ def test_narrow_kernel_routing(dtype, monkeypatch):
     kernel by default from NCHW x, in fp32 with TF32 on and off; forcing another algorithm
     (CONVT2D_ALGO=fwd:direct) keeps it off; dilation 2 at stride 1 (tap rows two apart) is
     declined, also when forced (fwd:narrow_output: the heuristic choice runs instead)."""
-    cfg = Cfg(2, 64, 3, 9, 10, k=4, stride=2, padding=1, bias=True)
+    cfg = Cfg(2, 64, 3, 20, 21, k=4, stride=2, padding=1, bias=True)
     for tf32 in ([True, False] if dtype == torch.float32 else [True]):
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
             for spec, want in [(None, True), ("fwd:direct", False)]:
@@ -1283,6 +1283,25 @@ def test_narrow_kernel_routing(dtype, monkeypatch):
     assert not any("narrow_fwd_kernel" in n for n in names), names
     assert _ran("fwd") != "narrow_output", convt2d.last_algorithms()
     check(x, w, b, dil.kwargs(), backward=False, what="narrow declined ")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_narrow_idle_phases_run_the_gemm(dtype):
+    """Few outputs per group from 32+ input channels per group on stride phases of at most
+    16x16 pixels (the narrow kernel's warps mostly idle): not the narrow kernel by default
+    (the rules' tensor-core implicit GEMM, channels padded where Cin/groups is not whole
+    16-byte chunks, unless the cost model predicts another 2x faster); with TF32 off (fp32)
+    the narrow kernel still."""
+    for cfg in [Cfg(2, 64, 3, 9, 10, k=4, stride=2, padding=1, bias=True),
+                Cfg(4, 34, 2, 5, 7, k=3, stride=1, bias=False)]:
+        x, w, b = cfg.make(dtype, "cuda")
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+            check(x, w, b, cfg.kwargs(), backward=False, what="idle narrow ")
+            assert _ran("fwd") != "narrow_output", (cfg, convt2d.last_algorithms())
+        if dtype == torch.float32:
+            with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+                check(x, w, b, cfg.kwargs(), backward=False, what="idle narrow ieee ")
+                assert _ran("fwd") == "narrow_output", (cfg, convt2d.last_algorithms())
 
 
 # The patch GEMM (forward/patch_gemm.cu): kernel == stride, no padding, NCHW; one GEMM per (n, group)

@@ -322,6 +322,16 @@ bool can_implement(Algo a, const Query& q) {
 }
 
 namespace {
+// Stride phases of at most 16x16 pixels with 32 or more input channels per group: the narrow
+// kernel's 32-column x 8-row warp tiles are then mostly idle while the GEMM's K loop is long
+// (tuning seed 1, 1..8 outputs per group: the GEMM 2-10x faster on such layers), where the
+// tensor-core GEMM can replace it (not with TF32 off: its 3xTF32 variant, forward_rules).
+bool narrow_idle(const Query& q) {
+  const Problem& p = q.p;
+  const int64_t phase_pix = ((p.Ho + p.sh - 1) / p.sh) * ((p.Wo + p.sw - 1) / p.sw);
+  return p.cin_g() >= 32 && phase_pix <= 256 && tensor_cores(q) && q.math != MathMode::kIEEE;
+}
+
 // The measured rules (the order to try; the last never declines).
 std::vector<Algo> forward_rules(const Query& q) {
   std::vector<Algo> seq;
@@ -333,8 +343,10 @@ std::vector<Algo> forward_rules(const Query& q) {
   if (can_implement(Algo::kFwdDepthwise, q)) seq.push_back(Algo::kFwdDepthwise);
   // 1..8 outputs per group with many reduced channels per output (a GAN's RGB layer, a
   // keypoint head) and x rows contiguous (its loads run along W): the narrow kernel.
+  // Not where its warps would idle (narrow_idle).
+  const bool idle = narrow_idle(q);
   if (can_implement(Algo::kNarrowOutput, q) && p.cout_g() <= 8 && kpo >= kNarrowMinK &&
-      q.x_unit_w)
+      q.x_unit_w && !idle)
     seq.push_back(Algo::kNarrowOutput);
   // Memory-bound shapes (few reduced channels per output, or few outputs per group) go to
   // the direct kernel; the rest are implicit GEMMs. 8 to 31 outputs per group with 256 or
@@ -344,6 +356,11 @@ std::vector<Algo> forward_rules(const Query& q) {
   // variant lost badly (64 -> 3 k4 s2, TF32 off: 0.222 -> 0.530 ms), so those stay direct.
   // Only where the tensor-core GEMM takes the channels (whole 16-byte chunks).
   const bool tc_gemm = q.dt != DType::kDouble && p.cin_g() % chunk_elems(q.dt) == 0;
+  // The narrow kernel's idle case above: the tensor-core GEMM (channels padded where needed).
+  if (idle && p.cout_g() <= 8) {
+    seq.push_back(tc_gemm ? Algo::kImplicitGemm : Algo::kFwdPadded);
+    return seq;
+  }
   const bool gemm_ok = tc_gemm && p.cout_g() >= 8 && kpo >= 256;
   const bool memory_bound = (p.cout_g() < 32 && !gemm_ok) || kpo < 64 || !q.sm80;
   if (memory_bound && can_implement(Algo::kDirect, q)) {
@@ -361,10 +378,11 @@ std::vector<Algo> forward_rules(const Query& q) {
 
 // Whether the cost model may pick algorithm a: it can take the problem, and the rules'
 // conditions hold that measurements support everywhere (the narrow kernel's loads need
-// contiguous x rows; the patch GEMM's 3xTF32 lost to the halo kernel's 3xFP16).
+// contiguous x rows, and its warps must not idle; the patch GEMM's 3xTF32 lost to the halo
+// kernel's 3xFP16).
 bool forward_model_candidate(Algo a, const Query& q) {
   if (!can_implement(a, q)) return false;
-  if (a == Algo::kNarrowOutput) return q.x_unit_w;
+  if (a == Algo::kNarrowOutput) return q.x_unit_w && !narrow_idle(q);
   if (a == Algo::kPatchGemm) return q.math != MathMode::kIEEE;
   return true;
 }

@@ -1286,12 +1286,13 @@ def test_narrow_kernel_routing(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_narrow_idle_phases_run_the_gemm(dtype):
+def test_narrow_idle_phases_run_the_gemm(dtype, monkeypatch):
     """Few outputs per group from 32+ input channels per group on stride phases of at most
     16x16 pixels (the narrow kernel's warps mostly idle): not the narrow kernel by default
     (the rules' tensor-core implicit GEMM, channels padded where Cin/groups is not whole
     16-byte chunks, unless the cost model predicts another 2x faster); with TF32 off (fp32)
     the narrow kernel still."""
+    _algo(monkeypatch, None)
     for cfg in [Cfg(2, 64, 3, 9, 10, k=4, stride=2, padding=1, bias=True),
                 Cfg(4, 34, 2, 5, 7, k=3, stride=1, bias=False)]:
         x, w, b = cfg.make(dtype, "cuda")

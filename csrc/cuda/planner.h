@@ -59,7 +59,8 @@ int64_t padded_channels(int64_t c, DType dt);
 // IgemmParams::ws for an implicit-GEMM algorithm (-1: the launcher's choice).
 int igemm_kernel_select(Algo a);
 // IgemmParams::k_splits for the tensor-core implicit GEMM of the query's forward (dgrad
-// false) or grad_input: 1 unless its grid fills under half the GPU (cost model).
+// false) or grad_input: 1 unless its grid fills under 35% of the GPU and the split is
+// predicted 1.5x faster (cost model).
 int igemm_k_splits(const Query& q, bool dgrad);
 
 }  // namespace cuda

@@ -4,12 +4,13 @@
 // group on CUDA cores, so each grad_output value it gathers serves CC outputs:
 //   gi[n, ci, iy, ix] = sum over co in ci's group, (ky, kx) of
 //       w[ci, co, ky, kx] * go[n, co, iy*sh - ph + ky*dh, ix*sw - pw + kx*dw]
-// NCHW grad_input: lanes walk pixels (coalesced stores per channel), the weight read as it is
-// (warp-uniform loads). Channels-last: lanes walk channel chunks (CC-element vector stores),
-// the weight transposed per group, wt[g][co][ky][kx][ci - g*cig], so the CC weights of a tap
-// are one vector load, contiguous across lanes. The floor is the bytes moved: grad_input
-// written once, grad_output read about once per tap through L1 (docs/design.md, "grad_input").
-// Any dtype and strides.
+// NCHW grad_input: lanes walk pixels (coalesced stores per channel; warp-uniform weight loads).
+// Channels-last: lanes walk channel chunks (CC-element vector stores). The weight comes
+// transposed per group, wt[g][co][ky][kx][ci - g*cig], for channels-last and for 4+ channels a
+// thread (dgrad_direct_transposed_weight), so the CC weights of a tap are one vector load
+// (contiguous across lanes in channels-last); otherwise as it is. The floor is the bytes moved:
+// grad_input written once, grad_output read about once per tap through L1 (docs/design.md,
+// the planner's table). Any dtype and strides.
 #include "cuda/common/fast_div.cuh"
 #include "cuda/common/kernels.h"
 #include "cuda/common/mma_core.cuh"

@@ -407,7 +407,7 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced) {
     if (a == rule || !forward_model_candidate(a, q)) continue;
     // One input channel per group: the model's direct-kernel times are far too low there
     // (a dilated depthwise k3 s3 layer: predicted 0.2 ms, ran 7.9 ms; the depthwise kernel
-    // beat the direct ones by 2x in geomean over the class, docs/perf-log.md v22).
+    // beat the direct ones by 2x in geomean over the class; docs/design.md, the planner).
     if (rule == Algo::kFwdDepthwise && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp))
       continue;
     const double t = fwd_time(a, q);

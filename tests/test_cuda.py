@@ -1660,6 +1660,29 @@ def test_direct_gradients_forced(cfg, dtype, layout, monkeypatch):
     assert _ran("dgrad") == "direct" and _ran("wgrad") == "direct", convt2d.last_algorithms()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_direct_grad_input_offset_weight(dtype, layout, monkeypatch):
+    """grad_input (direct) with a weight one element into its storage: with one output channel
+    and a 1x1 kernel the per-group transposed weight is the weight itself, misaligned for the
+    kernel's vector loads (it must fall back to narrower ones); also a 1x1 image."""
+    _algo(monkeypatch, "dgrad:direct,bwd:strided")
+    for N, Cin, H, W in [(3, 16, 5, 7), (4, 16, 1, 1)]:
+        x = torch.randn(N, Cin, H, W, device="cuda", dtype=dtype)
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        w = torch.randn(Cin + 1, device="cuda", dtype=dtype)[1:].view(Cin, 1, 1, 1)
+        gy = torch.randn(N, 1, (H - 1) * 2 + 1, (W - 1) * 2 + 1, device="cuda", dtype=dtype)
+        gi = torch.ops.convt2d.backward(gy, x, w, [2, 2], [0, 0], [0, 0], 1, [1, 1],
+                                        [True, False, False])[0]
+        assert _ran("dgrad") == "direct", convt2d.last_algorithms()
+        xr = x.double().requires_grad_()
+        y = torch.nn.functional.conv_transpose2d(xr, w.double(), None, 2)
+        (ref,) = torch.autograd.grad(y, xr, gy.double())
+        err = ((gi.double() - ref).norm() / ref.norm()).item()
+        assert err < (1e-2 if dtype == torch.float16 else 1e-5), (N, Cin, H, W, err)
+
+
 def test_direct_gradients_deterministic(monkeypatch):
     """grad_weight of the direct kernel over many pixel splits is bitwise the same run to run."""
     _algo(monkeypatch, "wgrad:direct")

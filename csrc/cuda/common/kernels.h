@@ -279,6 +279,8 @@ struct DirectWgradPlan {
 // cudaErrorInvalidValue: not taken (dgrad_direct_supported), nothing launched.
 bool dgrad_direct_supported(const Problem& p);
 bool dgrad_direct_transposed_weight(const Problem& p, bool chan_last);
+// Input channels a thread of the direct grad_input kernel takes (before alignment).
+int dgrad_direct_cc(const Problem& p);
 cudaError_t launch_dgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st);
 // Depthwise grad_input (grad_input/dgrad_depthwise.cu; any dtype and strides): one input
 // channel per group, grad_input under 2^31 elements; chan_last and w as for the depthwise

@@ -721,10 +721,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         prm.gw = gw.data_ptr();
         prm.var = ov.var;
         Algo ran = Algo::kNone;
-        if (wgrad == Algo::kWgradDepthwise) {
-          // Channel lanes fastest where grad_output is channels-last, else pixel lanes.
+        if (wgrad == Algo::kWgradDepthwise || wgrad == Algo::kWgradDirect) {
+          // The direct kernels: pixels split over the GPU into an fp32 (fp64) workspace.
+          // Depthwise: channel lanes fastest where grad_output is channels-last, else pixels.
+          const bool dw = wgrad == Algo::kWgradDepthwise;
           const bool cl = go.stride(1) == 1 && p.Cout > 1;
-          const cuda::DirectWgradPlan plan = cuda::wgrad_depthwise_plan(p, cl, dt, sms);
+          const cuda::DirectWgradPlan plan = dw ? cuda::wgrad_depthwise_plan(p, cl, dt, sms)
+                                                : cuda::wgrad_direct_plan(p, dt, sms);
           cuda::DirectGradParams dp;
           dp.p = p;
           dp.x = ref(x);
@@ -735,23 +738,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
           auto ws = at::empty({plan.ws_elems},
                               x.options().dtype(dt == DType::kDouble ? at::kDouble : at::kFloat));
           dp.workspace = ws.data_ptr();
-          check_launch(cuda::launch_wgrad_depthwise(dp, cl, dt, st), "grad_weight (depthwise)");
-          ran = Algo::kWgradDepthwise;
-        }
-        if (wgrad == Algo::kWgradDirect) {
-          const cuda::DirectWgradPlan plan = cuda::wgrad_direct_plan(p, dt, sms);
-          cuda::DirectGradParams dp;
-          dp.p = p;
-          dp.x = ref(x);
-          dp.gout = ref(go);
-          dp.gw = gw.data_ptr();
-          dp.splits = plan.splits;
-          dp.pix_per_split = plan.pix_per_split;
-          auto ws = at::empty({plan.ws_elems},
-                              x.options().dtype(dt == DType::kDouble ? at::kDouble : at::kFloat));
-          dp.workspace = ws.data_ptr();
-          check_launch(cuda::launch_wgrad_direct(dp, dt, st), "grad_weight (direct)");
-          ran = Algo::kWgradDirect;
+          if (dw)
+            check_launch(cuda::launch_wgrad_depthwise(dp, cl, dt, st), "grad_weight (depthwise)");
+          else
+            check_launch(cuda::launch_wgrad_direct(dp, dt, st), "grad_weight (direct)");
+          ran = wgrad;
         }
         if (km) {
           // TMA needs 16-byte row strides: rows whose width is not a multiple of 4 floats

@@ -159,9 +159,11 @@ cudaError_t run(const DirectGradParams& prm, cudaStream_t st) {
 
 int dgrad_direct_cc(const Problem& p) {
   // The widest of 8, 4, 2, 1 that divides Cin/groups (chunks never cross a group) and still
-  // leaves about a GPU's worth of threads (132 SMs x 1024): fewer channels a thread on small
-  // layers, whose few long-running threads are otherwise latency-bound.
-  constexpr int64_t kMinThreads = 132 * 1024;
+  // leaves one 128-thread block per SM: fewer channels a thread only on the smallest layers,
+  // whose few long-running threads are latency-bound. (Measured on the direct rows of a
+  // sweep: a GPU's worth of threads, 132 x 1024, as the bar made layers of 25K-130K threads
+  // at 8 channels up to 1.5x slower; under ~13K threads, 1 channel was up to 2.4x faster.)
+  constexpr int64_t kMinThreads = 132 * 128;
   const int64_t elems = p.N * p.Cin * p.H * p.W;
   int cc = 8;
   while (cc > 1 && (p.cin_g() % cc != 0 || elems / cc < std::min(elems, kMinThreads))) cc /= 2;

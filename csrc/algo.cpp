@@ -11,13 +11,18 @@ namespace convt2d {
 namespace {
 
 const char* const kAlgoNames[] = {  // in Algo's order
-    "narrow_output",  "direct",           "direct_tensorop",     "direct_simt",
-    "patch_gemm",     "implicit_gemm_padded", "depthwise", "implicit_gemm",    "implicit_gemm_mma",   "implicit_gemm_wgmma",
-    "implicit_gemm_wgmma_ws", "implicit_gemm_halo", "implicit_gemm_simt", "direct",
-    "implicit_gemm_padded", "depthwise", "wgmma_nchw", "tensorop", "simt", "direct", "tensorop_padded",
-    "depthwise",
-    "tap_gather",     "strided",
-    "avx2",           "baseline"};
+    // forward
+    "narrow_output", "direct", "direct_tensorop", "direct_simt", "patch_gemm",
+    "implicit_gemm_padded", "depthwise", "cublas_gemm",
+    // forward and grad_input
+    "implicit_gemm", "implicit_gemm_mma", "implicit_gemm_wgmma", "implicit_gemm_wgmma_ws",
+    "implicit_gemm_halo", "implicit_gemm_simt",
+    // grad_input
+    "direct", "implicit_gemm_padded", "depthwise", "cublas_gemm",
+    // grad_weight
+    "wgmma_nchw", "tensorop", "simt", "direct", "tensorop_padded", "depthwise", "cublas_gemm",
+    // backward transform; CPU
+    "tap_gather", "strided", "avx2", "baseline"};
 
 static_assert(std::size(kAlgoNames) == size_t(Algo::kCount), "a name per algorithm");
 
@@ -29,8 +34,8 @@ struct Range {
 };
 const Range kPassAlgos[int(Pass::kCount)] = {
     {Algo::kNarrowOutput, Algo::kImplicitGemmSimt},
-    {Algo::kImplicitGemm, Algo::kDgradDepthwise},
-    {Algo::kWgradWgmmaNchw, Algo::kWgradDepthwise},
+    {Algo::kImplicitGemm, Algo::kDgradCublasGemm},
+    {Algo::kWgradWgmmaNchw, Algo::kWgradCublasGemm},
     {Algo::kTapGather, Algo::kStrided},
     {Algo::kCpuAvx2, Algo::kCpuBaseline}};
 

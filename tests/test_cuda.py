@@ -1660,6 +1660,29 @@ def test_direct_gradients_forced(cfg, dtype, layout, monkeypatch):
     assert _ran("dgrad") == "direct" and _ran("wgrad") == "direct", convt2d.last_algorithms()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_direct_grad_input_offset_weight(dtype, layout, monkeypatch):
+    """grad_input (direct) with a weight one element into its storage: with one output channel
+    and a 1x1 kernel the per-group transposed weight is the weight itself, misaligned for the
+    kernel's vector loads (it must fall back to narrower ones); also a 1x1 image."""
+    _algo(monkeypatch, "dgrad:direct,bwd:strided")
+    for N, Cin, H, W in [(3, 16, 5, 7), (4, 16, 1, 1)]:
+        x = torch.randn(N, Cin, H, W, device="cuda", dtype=dtype)
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        w = torch.randn(Cin + 1, device="cuda", dtype=dtype)[1:].view(Cin, 1, 1, 1)
+        gy = torch.randn(N, 1, (H - 1) * 2 + 1, (W - 1) * 2 + 1, device="cuda", dtype=dtype)
+        gi = torch.ops.convt2d.backward(gy, x, w, [2, 2], [0, 0], [0, 0], 1, [1, 1],
+                                        [True, False, False])[0]
+        assert _ran("dgrad") == "direct", convt2d.last_algorithms()
+        xr = x.double().requires_grad_()
+        y = torch.nn.functional.conv_transpose2d(xr, w.double(), None, 2)
+        (ref,) = torch.autograd.grad(y, xr, gy.double())
+        err = ((gi.double() - ref).norm() / ref.norm()).item()
+        assert err < (1e-2 if dtype == torch.float16 else 1e-5), (N, Cin, H, W, err)
+
+
 def test_direct_gradients_deterministic(monkeypatch):
     """grad_weight of the direct kernel over many pixel splits is bitwise the same run to run."""
     _algo(monkeypatch, "wgrad:direct")
@@ -1783,3 +1806,77 @@ def test_padded_gradients_forced(cfg, dtype, layout, monkeypatch):
         assert ran["dgrad"] == "implicit_gemm_padded", ran
     if cig % chunk or cog % chunk:
         assert ran["wgrad"] == "tensorop_padded", ran
+
+
+# Passes that are exactly one dense GEMM (cuBLAS, through torch's mm / bmm): 1x1 kernels at
+# stride 1 (channels not multiples of 8, one channel, dilation that a 1x1 kernel ignores, a
+# single image) and 1x1 inputs (a generator's first layer, non-square kernels, a 1x1 kernel).
+_DENSE_GEMM_CFGS = [
+    Cfg(3, 24, 40, 7, 9, k=1, bias=True),
+    Cfg(2, 21, 5, 6, 5, k=1, bias=False),
+    Cfg(2, 1, 3, 4, 6, k=1, bias=True),
+    Cfg(1, 16, 8, 5, 4, k=1, dilation=2, bias=True),
+    Cfg(4, 20, 12, 1, 1, k=4, stride=2, bias=True),
+    Cfg(3, 7, 6, 1, 1, k=(3, 2), stride=3, bias=False),
+    Cfg(5, 8, 16, 1, 1, k=1, bias=True),
+]
+_DENSE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+                 "fp32-ieee": torch.float32, "fp64": torch.float64}
+
+
+@pytest.mark.parametrize("dtype", list(_DENSE_DTYPES))
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _DENSE_GEMM_CFGS, ids=lambda c: c.id())
+def test_cublas_gemm_forced(cfg, dtype, layout, monkeypatch):
+    _algo(monkeypatch, "fwd:cublas_gemm,dgrad:cublas_gemm,wgrad:cublas_gemm,bwd:strided")
+    x, w, b = cfg.make(_DENSE_DTYPES[dtype], "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=dtype != "fp32-ieee"):
+        check(x, w, b, cfg.kwargs(), what=f"cublas {layout} {dtype} ")
+        assert _ran("fwd") == "cublas_gemm", convt2d.last_algorithms()
+        # both gradients from a grad_output in x's layout (as autograd gives it)
+        gy = torch.randn(cfg.out_shape(), device="cuda").to(x.dtype)
+        if layout == "channels_last":
+            gy = gy.contiguous(memory_format=torch.channels_last)
+        k = cfg.kwargs()
+        torch.ops.convt2d.backward(gy, x, w, list(k["stride"]), list(k["padding"]),
+                                   list(k["output_padding"]), k["groups"], list(k["dilation"]),
+                                   [True, True, False])
+    assert (_ran("dgrad"), _ran("wgrad")) == ("cublas_gemm",) * 2, convt2d.last_algorithms()
+
+
+def test_cublas_gemm_planned_and_declined(monkeypatch):
+    """The planner takes cuBLAS for dense-GEMM passes (bf16; fp32 where memory-bound), not
+    for other shapes, not under torch's deterministic mode, and not for fp32 with TF32 off
+    while torch's matmul may use TF32."""
+    _algo(monkeypatch, None)
+    dense = Cfg(4, 64, 8, 32, 32, k=1, bias=True)
+    x, w, b = dense.make(torch.bfloat16, "cuda")
+    check(x, w, b, dense.kwargs(), what="cublas planned ")
+    _backward_here(dense, x, w, [True, True, False])
+    assert (_ran("fwd"), _ran("dgrad"), _ran("wgrad")) == ("cublas_gemm",) * 3, \
+        convt2d.last_algorithms()
+    x, w, b = dense.make(torch.float32, "cuda")  # fp32: memory-bound, cuBLAS's IEEE GEMM
+    check(x, w, b, dense.kwargs(), what="cublas planned fp32 ")
+    assert _ran("fwd") == "cublas_gemm", convt2d.last_algorithms()
+    strided = Cfg(4, 64, 32, 16, 16, k=1, stride=2)
+    x, w, b = strided.make(torch.bfloat16, "cuda")
+    check(x, w, b, strided.kwargs(), what="stride 2 ")
+    assert "cublas_gemm" not in convt2d.last_algorithms().values(), convt2d.last_algorithms()
+    x, w, b = dense.make(torch.bfloat16, "cuda")
+    torch.use_deterministic_algorithms(True)
+    try:
+        check(x, w, b, dense.kwargs(), what="deterministic ")
+        assert "cublas_gemm" not in convt2d.last_algorithms().values(), convt2d.last_algorithms()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    x, w, b = dense.make(torch.float32, "cuda")
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        with _tf32_off():
+            check(x, w, b, dense.kwargs(), what="IEEE with TF32 matmul ")
+        assert "cublas_gemm" not in convt2d.last_algorithms().values(), convt2d.last_algorithms()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old

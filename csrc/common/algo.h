@@ -26,6 +26,7 @@ enum class Algo : int {
   kPatchGemm,           // forward/patch_gemm.cu: kernel == stride, one GEMM per image
   kFwdPadded,           // implicit GEMM on tensor cores, Cin/groups zero-padded to 16-byte chunks
   kFwdDepthwise,        // forward/depthwise.cu: one input channel per group, CUDA cores
+  kFwdCublasGemm,       // dense-GEMM shapes (dense_gemm_shape): one cuBLAS GEMM through torch
   // forward and grad_input: implicit GEMM per stride phase (implicit_gemm/)
   kImplicitGemm,        // tensor cores, the kernel picked by its launcher (below)
   kImplicitGemmMma,     // mma.sync tiles (compute capability 8.0+), no wgmma
@@ -37,6 +38,7 @@ enum class Algo : int {
   kDgradDirect,         // grad_input/dgrad_direct.cu: few channels per group, CUDA cores
   kDgradPadded,         // implicit GEMM on tensor cores, Cout/groups zero-padded to 16-byte chunks
   kDgradDepthwise,      // grad_input/dgrad_depthwise.cu: one input channel per group
+  kDgradCublasGemm,     // dense-GEMM shapes: one cuBLAS GEMM through torch
   // grad_weight
   kWgradWgmmaNchw,      // grad_weight/wgrad_nchw_sm90.cu: fp32 from the NCHW tensors
   kWgradTensorOp,       // grad_weight/wgrad_tensor_core.cu: mma.sync / wgmma tiles
@@ -44,6 +46,7 @@ enum class Algo : int {
   kWgradDirect,         // grad_weight/wgrad_direct.cu: few weight elements, pixels split
   kWgradPadded,         // tensorop with Cin/groups and Cout/groups zero-padded to 16-byte chunks
   kWgradDepthwise,      // grad_weight/wgrad_depthwise.cu: one input channel per group
+  kWgradCublasGemm,     // dense-GEMM shapes: one cuBLAS GEMM through torch
   // backward transform
   kTapGather,           // grad_output gathered per tap; both gradients as 1x1 problems
   kStrided,             // the strided problem as it is

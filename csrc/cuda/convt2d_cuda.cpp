@@ -10,6 +10,7 @@
 #include "common/algo.h"
 #include "common/tuning.h"
 #include "cuda/common/kernels.h"
+#include "cuda/cublas_gemm.h"
 #include "cuda/planner.h"
 #include "glue.h"
 
@@ -302,6 +303,13 @@ cuda::Query make_query(const Problem& p, DType dt, MathMode math) {
   q.math = math;
   q.sm80 = is_sm80_plus();
   q.wgmma = cuda::wgmma_device();
+  // cuBLAS (through torch's mm): not under torch's deterministic mode, whose cuBLAS
+  // workspace check would raise, nor for fp32 at IEEE precision where torch lets cuBLAS use
+  // TF32 (torch.backends.cuda.matmul.allow_tf32).
+  auto& ctx = at::globalContext();
+  q.cublas = !ctx.deterministicAlgorithms() &&
+             !(dt == DType::kFloat && math == MathMode::kIEEE && ctx.allowTF32CuBLAS());
+  q.cublas_fp32_out = cuda::cublas_fp32_out();
   return q;
 }
 
@@ -472,8 +480,11 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
   const AlgoOverride& ov = algo_override();
   cuda::Query q = make_query(p, dt, math);
   q.x_nchw = input.is_contiguous();
+  q.x_cl = input.is_contiguous(at::MemoryFormat::ChannelsLast);
   q.x_unit_w = input.stride(3) == 1;
   q.out_nchw = out.is_contiguous();
+  q.out_cl = out.is_contiguous(at::MemoryFormat::ChannelsLast);
+  q.bias = b.defined();
 
   // The direct and narrow kernels' parameters for the contiguous weight w (kept alive by
   // the caller).
@@ -536,6 +547,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
       case Algo::kDirect:
       case Algo::kDirectTensorOp: run_direct(true); return true;
       case Algo::kDirectSimt: run_direct(false); return true;
+      case Algo::kFwdCublasGemm: cuda::cublas_forward(input, weight, b, out, p); return true;
       case Algo::kFwdDepthwise: {
         // Channels-last output: walked channels fastest, the weight as [kh*kw][Cout].
         const bool cl = out.stride(1) == 1 && p.Cout > 1;
@@ -607,15 +619,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   const AlgoOverride& ov = algo_override();
 
   const auto gi_format = suggest_memory_format(input, weight);
+  bool gathering = false;  // planning the tap gather's 1x1 problem
   // The planner's query for problem pp with grad_output go (the strided problem, or the 1x1
   // problem of the tap gather).
   auto query = [&](const Problem& pp, const at::Tensor& go, const at::Tensor& x, bool want_gi,
                    bool want_gw) {
     cuda::Query q = make_query(pp, dt, math);
     q.x_nchw = x.is_contiguous();
+    q.x_cl = x.is_contiguous(at::MemoryFormat::ChannelsLast);
     q.x_unit_w = x.stride(3) == 1;
+    // grad_input's layout (one channel or one pixel: both)
+    const bool both = x.size(1) == 1 || x.size(2) * x.size(3) == 1;
+    q.out_nchw = both || gi_format == at::MemoryFormat::Contiguous;
+    q.out_cl = both || gi_format == at::MemoryFormat::ChannelsLast;
     q.go_nchw = go.is_contiguous();
+    q.go_cl = go.is_contiguous(at::MemoryFormat::ChannelsLast);
     q.go_unit_w = go.stride(3) == 1;
+    q.tap_gathered = gathering;
     q.want_gi = want_gi;
     q.want_gw = want_gw;
     return q;
@@ -672,6 +692,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         const Algo dgrad = cuda::plan_grad_input(q, ov.get(Pass::kGradInput));
         auto run = [&](int c) {
           const Algo a = c == tuning::kHeuristic ? dgrad : Algo(c);
+          if (a == Algo::kDgradCublasGemm) {
+            cuda::cublas_grad_input(go, wv, gi, p);
+            return;
+          }
           if (a == Algo::kDgradDepthwise) {
             // Channels-last grad_input: walked channels fastest, the weight [kh*kw][Cout].
             const bool cl = gi.stride(1) == 1 && p.Cin > 1;
@@ -721,25 +745,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
         prm.gw = gw.data_ptr();
         prm.var = ov.var;
         Algo ran = Algo::kNone;
-        if (wgrad == Algo::kWgradDepthwise) {
-          // Channel lanes fastest where grad_output is channels-last, else pixel lanes.
-          const bool cl = go.stride(1) == 1 && p.Cout > 1;
-          const cuda::DirectWgradPlan plan = cuda::wgrad_depthwise_plan(p, cl, dt, sms);
-          cuda::DirectGradParams dp;
-          dp.p = p;
-          dp.x = ref(x);
-          dp.gout = ref(go);
-          dp.gw = gw.data_ptr();
-          dp.splits = plan.splits;
-          dp.pix_per_split = plan.pix_per_split;
-          auto ws = at::empty({plan.ws_elems},
-                              x.options().dtype(dt == DType::kDouble ? at::kDouble : at::kFloat));
-          dp.workspace = ws.data_ptr();
-          check_launch(cuda::launch_wgrad_depthwise(dp, cl, dt, st), "grad_weight (depthwise)");
-          ran = Algo::kWgradDepthwise;
+        if (wgrad == Algo::kWgradCublasGemm) {
+          cuda::cublas_grad_weight(x, go, gw, p);
+          ran = wgrad;
         }
-        if (wgrad == Algo::kWgradDirect) {
-          const cuda::DirectWgradPlan plan = cuda::wgrad_direct_plan(p, dt, sms);
+        if (wgrad == Algo::kWgradDepthwise || wgrad == Algo::kWgradDirect) {
+          // The direct kernels: pixels split over the GPU into an fp32 (fp64) workspace.
+          // Depthwise: channel lanes fastest where grad_output is channels-last, else pixels.
+          const bool dw = wgrad == Algo::kWgradDepthwise;
+          const bool cl = go.stride(1) == 1 && p.Cout > 1;
+          const cuda::DirectWgradPlan plan = dw ? cuda::wgrad_depthwise_plan(p, cl, dt, sms)
+                                                : cuda::wgrad_direct_plan(p, dt, sms);
           cuda::DirectGradParams dp;
           dp.p = p;
           dp.x = ref(x);
@@ -750,8 +766,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
           auto ws = at::empty({plan.ws_elems},
                               x.options().dtype(dt == DType::kDouble ? at::kDouble : at::kFloat));
           dp.workspace = ws.data_ptr();
-          check_launch(cuda::launch_wgrad_direct(dp, dt, st), "grad_weight (direct)");
-          ran = Algo::kWgradDirect;
+          if (dw)
+            check_launch(cuda::launch_wgrad_depthwise(dp, cl, dt, st), "grad_weight (depthwise)");
+          else
+            check_launch(cuda::launch_wgrad_direct(dp, dt, st), "grad_weight (direct)");
+          ran = wgrad;
         }
         if (km) {
           // TMA needs 16-byte row strides: rows whose width is not a multiple of 4 floats
@@ -870,6 +889,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
                                                   int(grad_output.element_size()), st);
     if (e != cudaErrorInvalidValue) {
       check_launch(e, "grad_output tap gather");
+      gathering = true;
       std::tie(gi, gw) = grads(g2, weight.contiguous().view({p.Cin, p.cout_g() * kk, 1, 1}), p1,
                                input, output_mask[0], output_mask[1]);
       if (gw.defined() && gw.numel() > 0) gw = gw.view(weight.sizes());

@@ -91,6 +91,8 @@ double igemm_split_time(const Query& q, const IgemmShape& s, int splits) {
   return t;
 }
 
+double cublas_time(Pass pass, const Query& q);
+
 // Forward: bytes of x, out and the weight; FLOPs of the taps that reach each phase.
 double fwd_time(Algo a, const Query& q) {
   const Problem& p = q.p;
@@ -121,6 +123,8 @@ double fwd_time(Algo a, const Query& q) {
       const double taps = double((p.kh + p.sh - 1) / p.sh) * double((p.kw + p.sw - 1) / p.sw);
       return kLaunch + std::max(mem, double(p.N * p.Cout * p.Ho * p.Wo) * (taps + 8) / kDepthwiseRate);
     }
+    case Algo::kFwdCublasGemm:
+      return cublas_time(Pass::kForward, q);
     case Algo::kPatchGemm:
       return kLaunch + std::max(mem, 2.0 * double(p.N * p.H * p.W) * double(p.groups) *
                                          double(round_up(p.cout_g() * p.kh * p.kw, 64)) *
@@ -147,6 +151,91 @@ double fwd_time(Algo a, const Query& q) {
       return 3 * kLaunch + std::max(mem, f / (gemm_rate(q, tensor) * fill(blocks, kGemmBlocks)));
     }
   }
+}
+
+// ---- cuBLAS GEMM (dense_gemm_shape) --------------------------------------------------------
+// The GEMM of a pass (M x N x K; M rows of the row-major result; a 1x1 kernel's passes not
+// all channels-last run one per image, `batch` of them: only grad_weight's then has a
+// different shape, per-image products summed), and the extra work its layouts need: a copy
+// of the weight (a 1x1 input with a channels-last output / grad_output: its rows run
+// taps-major), the forward's bias pass.
+struct DenseGemm {
+  double m = 0, n = 0, k = 0, batch = 1, extra_bytes = 0;
+  int launches = 1;
+  // cuBLAS's slow shapes: a single channel on either side (a matrix-vector product), or
+  // per-image matrices whose rows (H*W) are not whole 16-byte chunks
+  bool slow_shape = false;
+};
+DenseGemm dense_gemm(Pass pass, const Query& q) {
+  const Problem& p = q.p;
+  const double kk = double(p.kh * p.kw), eb = double(elem_bytes(q.dt));
+  const bool pixel = p.H == 1 && p.W == 1;
+  const bool per_image = !pixel && !(pass == Pass::kForward    ? q.x_cl && q.out_cl
+                                     : pass == Pass::kGradInput ? q.go_cl && q.out_cl
+                                                                : q.x_cl && q.go_cl);
+  const double pix = pixel ? double(p.N) : double(p.N * p.H * p.W);
+  const double cols = pixel ? double(p.Cout) * kk : double(p.Cout);  // grad_output's per pixel
+  DenseGemm g;
+  const int64_t row_elems = 16 / elem_bytes(q.dt);
+  g.slow_shape = p.Cin == 1 || cols == 1 || (per_image && (p.H * p.W) % row_elems != 0);
+  if (pixel && kk > 1 && (pass == Pass::kForward ? !q.out_nchw : !q.go_nchw)) {
+    g.extra_bytes += 2 * eb * double(p.Cin) * cols;  // the weight permuted taps-major
+    g.launches++;
+  }
+  if (pass == Pass::kForward) {
+    g.m = pix; g.n = cols; g.k = double(p.Cin);
+    if (q.bias) {
+      g.extra_bytes += 2 * eb * pix * cols;
+      g.launches++;
+    }
+  } else if (pass == Pass::kGradInput) {
+    g.m = pix; g.n = double(p.Cin); g.k = cols;
+  } else {
+    g.m = double(p.Cin); g.n = cols; g.k = pix;
+    if (per_image && p.N > 1) {  // per-image products (fp32), summed
+      g.batch = double(p.N);
+      g.k = double(p.H * p.W);
+      g.extra_bytes += 2 * 4 * double(p.N) * double(p.Cin) * cols;
+      g.launches += q.dt == DType::kHalf || q.dt == DType::kBFloat16 ? 2 : 1;
+    }
+  }
+  return g;
+}
+// cuBLAS's fp32 GEMM at IEEE precision (torch's matmul default, whatever TF32 allows the
+// convolution): about 30 TFLOP/s measured on an H100 (8 GFLOP in 268 us).
+constexpr double kCublasFp32Rate = 30e12;
+double cublas_time(Pass pass, const Query& q) {
+  const DenseGemm g = dense_gemm(pass, q);
+  const double eb = double(elem_bytes(q.dt));
+  const double bytes =
+      eb * g.batch * (g.m * g.k + g.k * g.n) + eb * g.m * g.n + g.extra_bytes;
+  // fp64 on tensor cores; tiles of 64 x 64 filling the GPU, K split where it is long (not
+  // for the batched per-image products).
+  const double rate = q.dt == DType::kFloat ? kCublasFp32Rate : q.dt == DType::kDouble ? 50e12 : 300e12;
+  const double tiles = std::ceil(g.m / 64) * std::ceil(g.n / 64) * g.batch;
+  const double ksplit = g.batch > 1 ? 1.0 : std::max(1.0, g.k / 512);
+  const double f = std::min(1.0, tiles * ksplit / kGemmBlocks);
+  return g.launches * kLaunch +
+         std::max(bytes / kBandwidth, 2.0 * g.batch * g.m * g.n * g.k / (rate * f));
+}
+// Whether the planner takes cuBLAS for a dense-GEMM pass (tuning sweep: forced cuBLAS
+// against the other algorithms on 61 such layers). fp64 always (cuBLAS on tensor cores
+// against the CUDA-core implicit GEMM). Not on cuBLAS's slow shapes (DenseGemm::slow_shape:
+// up to 3x slower there). 16-bit types: otherwise always.
+// fp32 runs cuBLAS at IEEE precision, so only where that is no slower than the bytes moved
+// (x 1.25) or takes under 10 us, and not grad_weight's per-image products where they fill
+// under a quarter of the GPU (1-8 tiles a image: 3x slower than the grad_weight kernels).
+bool prefer_cublas(Pass pass, const Query& q) {
+  if (q.dt == DType::kDouble) return true;
+  const DenseGemm g = dense_gemm(pass, q);
+  if (g.slow_shape) return false;
+  if (q.dt != DType::kFloat) return true;
+  if (g.batch > 1 && std::ceil(g.m / 64) * std::ceil(g.n / 64) * g.batch < kGemmBlocks / 4)
+    return false;
+  const double eb = double(elem_bytes(q.dt));
+  const double mem = (eb * g.batch * (g.m * g.k + g.k * g.n) + eb * g.m * g.n) / kBandwidth;
+  const double compute = 2.0 * g.batch * g.m * g.n * g.k / kCublasFp32Rate;
+  return compute <= std::max(1.25 * mem, 10e-6);
 }
 
 // Bytes every backward algorithm moves at least: grad_output, x, weight, both gradients.
@@ -251,9 +340,37 @@ double wgrad_padded_time(const Query& q) {  // + two zero fills and copies, the 
 
 int64_t padded_channels(int64_t c, DType dt) { return round_up(c, chunk_elems(dt)); }
 
+bool dense_gemm_shape(const Problem& p) {
+  const int64_t lim = (int64_t(1) << 31) - 1;
+  const int64_t kk = p.kh * p.kw;
+  const bool one_by_one = p.kh == 1 && p.kw == 1 && p.sh == 1 && p.sw == 1;
+  const bool one_pixel = p.H == 1 && p.W == 1 && p.dh == 1 && p.dw == 1;
+  return p.groups == 1 && p.ph == 0 && p.pw == 0 && p.oph == 0 && p.opw == 0 &&
+         (one_by_one || one_pixel) && p.N > 0 && p.Cin > 0 && p.Cout > 0 && p.H * p.W > 0 &&
+         p.N * p.H * p.W < lim && p.Cout * kk < lim && p.Cin < lim &&
+         p.N * p.Cin * p.H * p.W < lim && p.N * p.Cout * p.Ho * p.Wo < lim &&
+         p.Cin * p.Cout * kk < lim;
+}
+
 bool can_implement(Algo a, const Query& q) {
   const Problem& p = q.p;
+  // A 1x1 input's tensors are dense N x C matrices in either layout; a 1x1 kernel's only
+  // where x, grad_output and the result share one (NCHW: a GEMM per image).
+  const bool x_ok = q.x_nchw || q.x_cl, go_ok = q.go_nchw || q.go_cl;
+  const bool out_ok = q.out_nchw || q.out_cl;
   switch (a) {
+    case Algo::kFwdCublasGemm:
+      return q.cublas && dense_gemm_shape(p) && x_ok && out_ok;
+    case Algo::kDgradCublasGemm:
+      return q.cublas && dense_gemm_shape(p) && go_ok && out_ok;
+    case Algo::kWgradCublasGemm: {
+      // Per-image products (not all channels-last, several images) are summed in fp32:
+      // torch 2.8+ for 16-bit types.
+      const bool sixteen = q.dt == DType::kHalf || q.dt == DType::kBFloat16;
+      const bool per_image = !(p.H == 1 && p.W == 1) && !(q.x_cl && q.go_cl) && p.N > 1;
+      return q.cublas && dense_gemm_shape(p) && x_ok && go_ok &&
+             (!sixteen || !per_image || q.cublas_fp32_out);
+    }
     case Algo::kNarrowOutput:  // fp32 / fp16 / bf16, 1..8 outputs per group (it checks the dtype)
       return narrow_forward_supported(p, q.dt);
     case Algo::kDirect:
@@ -341,6 +458,11 @@ std::vector<Algo> forward_rules(const Query& q) {
   // handful of taps, the bytes moved are the floor, and the depthwise kernel reads x once
   // per tap in the output's own memory order (either layout).
   if (can_implement(Algo::kFwdDepthwise, q)) seq.push_back(Algo::kFwdDepthwise);
+  // A pass that is exactly one dense GEMM (a 1x1 kernel at stride 1, a 1x1 input): cuBLAS,
+  // where prefer_cublas (not the backward's tap-gathered problem, whose GEMMs stay on the
+  // measured kernels).
+  if (can_implement(Algo::kFwdCublasGemm, q) && prefer_cublas(Pass::kForward, q))
+    seq.push_back(Algo::kFwdCublasGemm);
   // 1..8 outputs per group with many reduced channels per output (a GAN's RGB layer, a
   // keypoint head) and x rows contiguous (its loads run along W): the narrow kernel.
   // Not where its warps would idle (narrow_idle).
@@ -404,6 +526,8 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced) {
   double tb = fwd_time(rule, q);
   for (Algo a : {Algo::kNarrowOutput, Algo::kDirectSimt, Algo::kDirectTensorOp,
                  Algo::kPatchGemm, Algo::kFwdPadded, Algo::kFwdDepthwise, Algo::kImplicitGemm}) {
+    // (cuBLAS, where the rules take it, stays: prefer_cublas has weighed it.)
+    if (rule == Algo::kFwdCublasGemm) break;
     if (a == rule || !forward_model_candidate(a, q)) continue;
     // One input channel per group: the model's direct-kernel times are far too low there
     // (a dilated depthwise k3 s3 layer: predicted 0.2 ms, ran 7.9 ms; the depthwise kernel
@@ -424,7 +548,7 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced) {
 std::vector<Algo> forward_candidates(const Query& q) {
   std::vector<Algo> c;
   for (Algo a : {Algo::kPatchGemm, Algo::kNarrowOutput, Algo::kDirectTensorOp,
-                 Algo::kDirectSimt, Algo::kFwdPadded, Algo::kFwdDepthwise})
+                 Algo::kDirectSimt, Algo::kFwdPadded, Algo::kFwdDepthwise, Algo::kFwdCublasGemm})
     if (can_implement(a, q)) c.push_back(a);
   if (tensor_cores(q)) {
     // The implicit GEMM's kernels: on Hopper the two-block wgmma one and, for 64 or more
@@ -450,9 +574,13 @@ Algo plan_grad_input(const Query& q, Algo forced) {
   // tensor-core kernel picked by the launcher (implicit_gemm/igemm_tensor_core.cu), unless
   // the GEMM's N (Cin/groups) and K (Cout/groups x taps) are so small that its tiles are
   // mostly padding: then the direct kernel, whose floor is the bytes moved (cost model).
-  if (forced != Algo::kNone && forced >= Algo::kImplicitGemm && forced <= Algo::kDgradDepthwise &&
+  if (forced != Algo::kNone && forced >= Algo::kImplicitGemm && forced <= Algo::kDgradCublasGemm &&
       can_implement(forced, q))
     return forced;
+  // Exactly one dense GEMM: cuBLAS where prefer_cublas (as the forward).
+  if (!q.tap_gathered && can_implement(Algo::kDgradCublasGemm, q) &&
+      prefer_cublas(Pass::kGradInput, q))
+    return Algo::kDgradCublasGemm;
   // One input channel per group and at most 8 outputs per group: the depthwise kernel
   // (grad_output read once per tap, in grad_input's memory order). With more outputs per
   // input channel (a single input channel to hundreds) its serial sum over them leaves the GPU
@@ -476,12 +604,14 @@ std::vector<Algo> grad_input_candidates(const Query& q) {
   if (tensor_cores(q) && q.wgmma && q.p.cin_g() >= 64)
     c = {Algo::kImplicitGemmWgmma, Algo::kImplicitGemmWgmmaWs, Algo::kImplicitGemmHalo};
   if (can_implement(Algo::kDgradDepthwise, q)) c.push_back(Algo::kDgradDepthwise);
-  // The direct kernel where the model puts it within 4x of the GEMM (either side).
+  // cuBLAS and the direct kernel (where the model puts it within 4x of the GEMM, either
+  // side), each against the implicit GEMM.
+  const bool blas = can_implement(Algo::kDgradCublasGemm, q);
+  if (blas) c.push_back(Algo::kDgradCublasGemm);
   const double d = dgrad_direct_time(q), g = dgrad_gemm_time(q);
-  if (can_implement(Algo::kDgradDirect, q) && d < 4 * g && g < 4 * d) {
-    c.push_back(Algo::kDgradDirect);
-    c.push_back(Algo::kImplicitGemm);
-  }
+  const bool direct = can_implement(Algo::kDgradDirect, q) && d < 4 * g && g < 4 * d;
+  if (direct) c.push_back(Algo::kDgradDirect);
+  if (blas || direct) c.push_back(Algo::kImplicitGemm);
   return c;
 }
 
@@ -489,8 +619,13 @@ Algo plan_grad_weight(const Query& q, Algo forced) {
   if (forced == Algo::kWgradSimt) return Algo::kWgradSimt;
   if ((forced == Algo::kWgradWgmmaNchw || forced == Algo::kWgradTensorOp ||
        forced == Algo::kWgradDirect || forced == Algo::kWgradPadded ||
-       forced == Algo::kWgradDepthwise) && can_implement(forced, q))
+       forced == Algo::kWgradDepthwise || forced == Algo::kWgradCublasGemm) &&
+      can_implement(forced, q))
     return forced;
+  // Exactly one dense GEMM: cuBLAS where prefer_cublas (as the forward).
+  if (!q.tap_gathered && can_implement(Algo::kWgradCublasGemm, q) &&
+      prefer_cublas(Pass::kGradWeight, q))
+    return Algo::kWgradCublasGemm;
   // One input channel per group: the depthwise kernel reads x and grad_output once, in
   // grad_output's memory order (channels or pixels fastest).
   if (can_implement(Algo::kWgradDepthwise, q)) return Algo::kWgradDepthwise;

@@ -21,13 +21,29 @@ struct Query {
   bool wgmma = false;      // an sm_90a build on a 9.0 device (wgmma, TMA)
   // forward
   bool x_nchw = false;     // x contiguous NCHW
+  bool x_cl = false;       // x contiguous channels-last
   bool x_unit_w = false;   // x.stride(3) == 1
-  bool out_nchw = false;   // the output contiguous NCHW
+  bool out_nchw = false;   // the output (backward: grad_input) contiguous NCHW
+  bool out_cl = false;     // ... contiguous channels-last
+  bool bias = false;       // the forward adds a bias
   // backward
   bool go_nchw = false;    // grad_output contiguous NCHW
+  bool go_cl = false;      // grad_output contiguous channels-last
   bool go_unit_w = false;  // grad_output.stride(3) == 1
   bool want_gi = false, want_gw = false;
+  bool tap_gathered = false;  // the 1x1 problem of the backward's tap gather
+  // cuBLAS may run the call: not under torch's deterministic mode (its workspace alert), and
+  // for fp32 with TF32 off only where torch's matmul precision keeps cuBLAS at IEEE fp32.
+  bool cublas = false;
+  bool cublas_fp32_out = false;  // torch has mm / bmm with an fp32 out_dtype (2.8+)
 };
+
+// Whether every pass of p is exactly one dense GEMM (docs/design.md, "cuBLAS GEMM"): one
+// group, no padding or output padding, and either a 1x1 kernel at stride 1 (M = N*H*W
+// pixels, K and N the channels) or a 1x1 input without dilation (M = N, the output's
+// Cout*kh*kw per image one GEMM row: a generator's first layer); sizes within cuBLAS's
+// 32-bit dimensions.
+bool dense_gemm_shape(const Problem& p);
 
 // An algorithm's conditions: whether it can take the query's pass (fwd, dgrad or wgrad by
 // the algorithm). A launcher may still decline (grid limits, alignment): the glue then

@@ -175,6 +175,10 @@ cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cud
 cudaError_t launch_igemm_split_reduce(const float* ws, int splits, void* dst, const void* bias,
                                       int64_t numel, int64_t C, int64_t inner, DType dt,
                                       cudaStream_t st);
+// dst[e] += bias[(e / inner) % C] for the dense dst of numel elements (common/layout_kernels.cu):
+// the cuBLAS forward's bias (inner = H*W for NCHW, taps for a 1x1 input, 1 channels-last).
+cudaError_t launch_add_bias(void* dst, const void* bias, int64_t numel, int64_t C, int64_t inner,
+                            DType dt, cudaStream_t st);
 // Halo variant (implicit_gemm/igemm_halo_sm90.cu, sm_90a builds on compute capability 9.0): the tap
 // columns read shifted views of one staged source halo. fp32 in MathMode::kIEEE
 // runs as 3xTF32 and needs prm.wpk_hi / wpk_lo / wflag.
@@ -279,6 +283,8 @@ struct DirectWgradPlan {
 // cudaErrorInvalidValue: not taken (dgrad_direct_supported), nothing launched.
 bool dgrad_direct_supported(const Problem& p);
 bool dgrad_direct_transposed_weight(const Problem& p, bool chan_last);
+// Input channels a thread of the direct grad_input kernel takes (before alignment).
+int dgrad_direct_cc(const Problem& p);
 cudaError_t launch_dgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st);
 // Depthwise grad_input (grad_input/dgrad_depthwise.cu; any dtype and strides): one input
 // channel per group, grad_input under 2^31 elements; chan_last and w as for the depthwise

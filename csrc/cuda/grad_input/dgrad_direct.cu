@@ -136,15 +136,16 @@ cudaError_t run(const DirectGradParams& prm, cudaStream_t st) {
   if (p.N * p.Cin * p.H * p.W == 0) return cudaSuccess;
   const bool cl = prm.gin.sc == 1 && p.Cin > 1;
   const bool wt = dgrad_direct_transposed_weight(p, cl);
-  // CC: the widest of 8, 4, 2, 1 that divides Cin/groups (chunks never cross a group) and
-  // keeps the vector loads (transposed weight) and stores (channels-last) aligned.
+  // CC (dgrad_direct_cc), lowered where the vector loads (transposed weight) or stores
+  // (channels-last; the strides of size-1 dimensions do not matter) would be misaligned.
   const uintptr_t addr = reinterpret_cast<uintptr_t>(prm.gin.ptr);
   const uintptr_t waddr = reinterpret_cast<uintptr_t>(prm.w);
-  int cc = 8;
+  auto mult = [](int64_t extent, int64_t stride, int c) { return extent == 1 || stride % c == 0; };
+  int cc = dgrad_direct_cc(p);
   while (cc > 1 &&
-         (p.cin_g() % cc != 0 || (wt && waddr % (sizeof(T) * cc) != 0) ||
-          (cl && (prm.gin.sn % cc != 0 || prm.gin.sh % cc != 0 || prm.gin.sw % cc != 0 ||
-                  addr % (sizeof(T) * cc) != 0))))
+         ((wt && waddr % (sizeof(T) * cc) != 0) ||
+          (cl && (!mult(p.N, prm.gin.sn, cc) || !mult(p.H, prm.gin.sh, cc) ||
+                  !mult(p.W, prm.gin.sw, cc) || addr % (sizeof(T) * cc) != 0))))
     cc /= 2;
   DgradDirectGeo geo;
   geo.W = FastDiv(uint32_t(p.W));
@@ -157,20 +158,35 @@ cudaError_t run(const DirectGradParams& prm, cudaStream_t st) {
 
 }  // namespace
 
+int dgrad_direct_cc(const Problem& p) {
+  // The widest of 8, 4, 2, 1 that divides Cin/groups (chunks never cross a group) and still
+  // leaves one 128-thread block per SM: fewer channels a thread only on the smallest layers,
+  // whose few long-running threads are latency-bound. (Measured on the direct rows of a
+  // sweep: a GPU's worth of threads, 132 x 1024, as the bar made layers of 25K-130K threads
+  // at 8 channels up to 1.5x slower; under ~13K threads, 1 channel was up to 2.4x faster.)
+  constexpr int64_t kMinThreads = 132 * 128;
+  const int64_t elems = p.N * p.Cin * p.H * p.W;
+  int cc = 8;
+  while (cc > 1 && (p.cin_g() % cc != 0 || elems / cc < std::min(elems, kMinThreads))) cc /= 2;
+  return cc;
+}
+
 bool dgrad_direct_transposed_weight(const Problem& p, bool chan_last) {
   // Channels-last lanes take different channels (the transposed weight keeps their loads
   // contiguous); NCHW lanes share them, and 4 or more channels a thread make one vector load
   // of the transposed weight worth its copy.
-  return chan_last || p.cin_g() % 4 == 0;
+  return chan_last || dgrad_direct_cc(p) >= 4;
 }
 
 bool dgrad_direct_supported(const Problem& p) {
-  // 31-bit work items (pixels x channels), tap coordinates (iy*sh - ph + ky*dh) and the
-  // weight's offsets within a group (Cout/groups x taps x Cin/groups).
+  // 31-bit work items (pixels x channels), tap coordinates (iy*sh - ph + ky*dh, bounded as a
+  // whole, each factor first so that no product wraps) and the weight's offsets within a group
+  // (Cout/groups x taps x Cin/groups).
   const int64_t lim = (int64_t(1) << 31) - (int64_t(1) << 24);
-  return p.N * p.Cin * p.H * p.W < lim && p.H * p.sh + p.ph < lim && p.W * p.sw + p.pw < lim &&
-         p.Ho < lim && p.Wo < lim && p.kh * p.dh < lim && p.kw * p.dw < lim &&
-         p.cout_g() * p.kh * p.kw * p.cin_g() < lim;
+  for (int64_t v : {p.H, p.W, p.sh, p.sw, p.ph, p.pw, p.kh, p.kw, p.dh, p.dw, p.Ho, p.Wo})
+    if (v >= lim) return false;
+  return p.N * p.Cin * p.H * p.W < lim && p.H * p.sh + p.ph + p.kh * p.dh < lim &&
+         p.W * p.sw + p.pw + p.kw * p.dw < lim && p.cout_g() * p.kh * p.kw * p.cin_g() < lim;
 }
 
 cudaError_t launch_dgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st) {

@@ -27,9 +27,10 @@ from convt2d.bench import sweep_configs  # noqa: E402
 
 ALGOS = {
     "fwd": ["narrow_output", "direct_tensorop", "direct_simt", "patch_gemm", "depthwise", "implicit_gemm",
-            "implicit_gemm_simt"],
-    "dgrad": ["implicit_gemm", "implicit_gemm_simt", "direct", "implicit_gemm_padded", "depthwise"],
-    "wgrad": ["tensorop", "simt", "direct", "tensorop_padded", "wgmma_nchw", "depthwise"],
+            "implicit_gemm_simt", "cublas_gemm"],
+    "dgrad": ["implicit_gemm", "implicit_gemm_simt", "direct", "implicit_gemm_padded", "depthwise",
+              "cublas_gemm"],
+    "wgrad": ["tensorop", "simt", "direct", "tensorop_padded", "wgmma_nchw", "depthwise", "cublas_gemm"],
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

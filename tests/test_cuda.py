@@ -1860,6 +1860,12 @@ def test_cublas_gemm_planned_and_declined(monkeypatch):
     x, w, b = dense.make(torch.float32, "cuda")  # fp32: memory-bound, cuBLAS's IEEE GEMM
     check(x, w, b, dense.kwargs(), what="cublas planned fp32 ")
     assert _ran("fwd") == "cublas_gemm", convt2d.last_algorithms()
+    # NCHW grad_weight over images whose per-image products ([N][Cin][Cout] fp32) would
+    # outgrow x and grad_output (256 channels on 2x2 images): not cuBLAS
+    wide = Cfg(8, 256, 256, 2, 2, k=1)
+    x, w, b = wide.make(torch.bfloat16, "cuda")
+    _backward_here(wide, x, w, [False, True, False])
+    assert _ran("wgrad") != "cublas_gemm", convt2d.last_algorithms()
     strided = Cfg(4, 64, 32, 16, 16, k=1, stride=2)
     x, w, b = strided.make(torch.bfloat16, "cuda")
     check(x, w, b, strided.kwargs(), what="stride 2 ")

@@ -225,9 +225,17 @@ double cublas_time(Pass pass, const Query& q) {
 // fp32 runs cuBLAS at IEEE precision, so only where that is no slower than the bytes moved
 // (x 1.25) or takes under 10 us, and not grad_weight's per-image products where they fill
 // under a quarter of the GPU (1-8 tiles a image: 3x slower than the grad_weight kernels).
+// Never where grad_weight's per-image products would take more memory than its operands.
 bool prefer_cublas(Pass pass, const Query& q) {
-  if (q.dt == DType::kDouble) return true;
   const DenseGemm g = dense_gemm(pass, q);
+  // grad_weight's per-image fp32 products ([N][Cin][Cout]) must not outgrow the operands
+  // they are computed from (batch 256 x 1024 x 1024 on 8x8 images: 1 GiB for a 2 MiB
+  // gradient): there the grad_weight kernels' small split workspace wins.
+  if (g.batch > 1) {
+    const double eb = double(elem_bytes(q.dt));
+    if (4.0 * g.batch * g.m * g.n > eb * g.batch * g.k * (g.m + g.n)) return false;
+  }
+  if (q.dt == DType::kDouble) return true;
   if (g.slow_shape) return false;
   if (q.dt != DType::kFloat) return true;
   if (g.batch > 1 && std::ceil(g.m / 64) * std::ceil(g.n / 64) * g.batch < kGemmBlocks / 4)

@@ -52,7 +52,7 @@ at::Tensor images(const at::Tensor& t, int64_t c, int64_t hw) {
 bool cl(const at::Tensor& t) { return t.is_contiguous(at::MemoryFormat::ChannelsLast); }
 
 void cublas_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                    const at::Tensor& out, const Problem& p) {
+                    const at::Tensor& out, const Problem& p, DType dt) {
   const int64_t kk = p.kh * p.kw, hw = p.H * p.W;
   if (one_pixel(p)) {
     const bool tm = kk > 1 && !out.is_contiguous();
@@ -70,10 +70,6 @@ void cublas_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
   // the bias in one pass over the output in its memory order: H*W (a 1x1 input's: its taps)
   // per channel for NCHW, channels fastest for channels-last (a 1x1 input's taps-major rows)
   const int64_t inner = out.is_contiguous() ? (one_pixel(p) ? kk : hw) : 1;
-  const DType dt = out.scalar_type() == at::kDouble     ? DType::kDouble
-                   : out.scalar_type() == at::kHalf     ? DType::kHalf
-                   : out.scalar_type() == at::kBFloat16 ? DType::kBFloat16
-                                                        : DType::kFloat;
   const cudaError_t e = launch_add_bias(out.data_ptr(), b.data_ptr(), out.numel(), p.Cout, inner,
                                         dt, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(e == cudaSuccess, "convt2d: cuBLAS forward bias: ", cudaGetErrorString(e));

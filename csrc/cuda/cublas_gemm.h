@@ -5,13 +5,14 @@
 #include <ATen/ATen.h>
 
 #include "common/problem.h"
+#include "cuda/common/kernels.h"
 
 namespace convt2d {
 namespace cuda {
 
-// out = conv_transpose2d(x, w, b) (b may be undefined).
+// out = conv_transpose2d(x, w, b) (b may be undefined) in out's dtype dt.
 void cublas_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                    const at::Tensor& out, const Problem& p);
+                    const at::Tensor& out, const Problem& p, DType dt);
 // gi = grad_input from grad_output go.
 void cublas_grad_input(const at::Tensor& go, const at::Tensor& w, const at::Tensor& gi,
                        const Problem& p);

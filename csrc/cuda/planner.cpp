@@ -161,6 +161,8 @@ double fwd_time(Algo a, const Query& q) {
 // taps-major), the forward's bias pass.
 struct DenseGemm {
   double m = 0, n = 0, k = 0, batch = 1, extra_bytes = 0;
+  // bytes of its three matrices (A and B per image where batched), of elem_bytes eb
+  double matrix_bytes(double eb) const { return eb * (batch * (m * k + k * n) + m * n); }
   int launches = 1;
   // cuBLAS's slow shapes: a single channel on either side (a matrix-vector product), or
   // per-image matrices whose rows (H*W) are not whole 16-byte chunks
@@ -207,8 +209,7 @@ constexpr double kCublasFp32Rate = 30e12;
 double cublas_time(Pass pass, const Query& q) {
   const DenseGemm g = dense_gemm(pass, q);
   const double eb = double(elem_bytes(q.dt));
-  const double bytes =
-      eb * g.batch * (g.m * g.k + g.k * g.n) + eb * g.m * g.n + g.extra_bytes;
+  const double bytes = g.matrix_bytes(eb) + g.extra_bytes;
   // fp64 on tensor cores; tiles of 64 x 64 filling the GPU, K split where it is long (not
   // for the batched per-image products).
   const double rate = q.dt == DType::kFloat ? kCublasFp32Rate : q.dt == DType::kDouble ? 50e12 : 300e12;
@@ -241,7 +242,7 @@ bool prefer_cublas(Pass pass, const Query& q) {
   if (g.batch > 1 && std::ceil(g.m / 64) * std::ceil(g.n / 64) * g.batch < kGemmBlocks / 4)
     return false;
   const double eb = double(elem_bytes(q.dt));
-  const double mem = (eb * g.batch * (g.m * g.k + g.k * g.n) + eb * g.m * g.n) / kBandwidth;
+  const double mem = g.matrix_bytes(eb) / kBandwidth;
   const double compute = 2.0 * g.batch * g.m * g.n * g.k / kCublasFp32Rate;
   return compute <= std::max(1.25 * mem, 10e-6);
 }
@@ -375,9 +376,8 @@ bool can_implement(Algo a, const Query& q) {
       // Per-image products (not all channels-last, several images) are summed in fp32:
       // torch 2.8+ for 16-bit types.
       const bool sixteen = q.dt == DType::kHalf || q.dt == DType::kBFloat16;
-      const bool per_image = !(p.H == 1 && p.W == 1) && !(q.x_cl && q.go_cl) && p.N > 1;
       return q.cublas && dense_gemm_shape(p) && x_ok && go_ok &&
-             (!sixteen || !per_image || q.cublas_fp32_out);
+             (!sixteen || q.cublas_fp32_out || dense_gemm(Pass::kGradWeight, q).batch == 1);
     }
     case Algo::kNarrowOutput:  // fp32 / fp16 / bf16, 1..8 outputs per group (it checks the dtype)
       return narrow_forward_supported(p, q.dt);

@@ -1886,3 +1886,31 @@ def test_cublas_gemm_planned_and_declined(monkeypatch):
         assert "cublas_gemm" not in convt2d.last_algorithms().values(), convt2d.last_algorithms()
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
+
+
+# Layers whose taps never overlap (kernel <= stride): the forward as one cuBLAS GEMM over all
+# taps and a scatter of its columns (cublas_gemm_scatter), and both gradients on cuBLAS after
+# the backward's tap gather. 1x1 kernels at strides 2 and 3 (padding, output padding), a
+# U-Net k=2 s=2, non-square kernel and stride with padding, k=3 s=3 with padding, a 1x1
+# kernel with dilation (ignored), one output channel.
+_SCATTER_CFGS = [
+    Cfg(2, 24, 16, 7, 5, k=1, stride=2, bias=True),
+    Cfg(3, 8, 12, 5, 6, k=1, stride=3, padding=1, output_padding=2, bias=False),
+    Cfg(2, 16, 8, 6, 7, k=2, stride=2, bias=True),
+    Cfg(2, 12, 20, 5, 4, k=(2, 1), stride=(3, 2), padding=(1, 0), output_padding=(1, 1)),
+    Cfg(1, 16, 24, 4, 5, k=3, stride=3, padding=1, bias=True),
+    Cfg(2, 8, 1, 6, 6, k=1, stride=2, dilation=2, bias=True),
+]
+
+
+@pytest.mark.parametrize("dtype", list(_DENSE_DTYPES))
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("cfg", _SCATTER_CFGS, ids=lambda c: c.id())
+def test_cublas_gemm_scatter_forced(cfg, dtype, layout, monkeypatch):
+    _algo(monkeypatch, "fwd:cublas_gemm_scatter,dgrad:cublas_gemm,wgrad:cublas_gemm,bwd:tap_gather")
+    x, w, b = cfg.make(_DENSE_DTYPES[dtype], "cuda")
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=dtype != "fp32-ieee"):
+        check(x, w, b, cfg.kwargs(), what=f"cublas scatter {layout} {dtype} ")
+    assert _ran("fwd") == "cublas_gemm_scatter", convt2d.last_algorithms()

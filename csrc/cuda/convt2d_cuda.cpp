@@ -548,6 +548,9 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
       case Algo::kDirectTensorOp: run_direct(true); return true;
       case Algo::kDirectSimt: run_direct(false); return true;
       case Algo::kFwdCublasGemm: cuda::cublas_forward(input, weight, b, out, p, dt); return true;
+      case Algo::kFwdCublasScatter:
+        cuda::cublas_forward_scatter(input, weight, b, out, p, dt);
+        return true;
       case Algo::kFwdDepthwise: {
         // Channels-last output: walked channels fastest, the weight as [kh*kw][Cout].
         const bool cl = out.stride(1) == 1 && p.Cout > 1;

@@ -13,6 +13,10 @@ namespace cuda {
 // out = conv_transpose2d(x, w, b) (b may be undefined) in out's dtype dt.
 void cublas_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                     const at::Tensor& out, const Problem& p, DType dt);
+// out = conv_transpose2d(x, w, b) for a scatter_gemm_shape problem: y = x * w over all
+// taps (cuBLAS), then its columns scattered to their output pixels with the bias.
+void cublas_forward_scatter(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                            const at::Tensor& out, const Problem& p, DType dt);
 // gi = grad_input from grad_output go.
 void cublas_grad_input(const at::Tensor& go, const at::Tensor& w, const at::Tensor& gi,
                        const Problem& p);

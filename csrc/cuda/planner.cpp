@@ -361,6 +361,16 @@ bool dense_gemm_shape(const Problem& p) {
          p.Cin * p.Cout * kk < lim;
 }
 
+bool scatter_gemm_shape(const Problem& p) {
+  const int64_t lim = (int64_t(1) << 31) - 1;
+  const int64_t kk = p.kh * p.kw;
+  return p.groups == 1 && p.kh <= p.sh && p.kw <= p.sw && (p.kh == 1 || p.dh == 1) &&
+         (p.kw == 1 || p.dw == 1) && !dense_gemm_shape(p) && p.N > 0 && p.Cin > 0 &&
+         p.Cout > 0 && p.H * p.W > 0 && p.N * p.H * p.W < lim && p.Cout * kk < lim &&
+         p.Cin < lim && p.N * p.Cin * p.H * p.W < lim && p.N * p.H * p.W * p.Cout * kk < lim &&
+         p.Cin * p.Cout * kk < lim;
+}
+
 bool can_implement(Algo a, const Query& q) {
   const Problem& p = q.p;
   // A 1x1 input's tensors are dense N x C matrices in either layout; a 1x1 kernel's only
@@ -370,6 +380,8 @@ bool can_implement(Algo a, const Query& q) {
   switch (a) {
     case Algo::kFwdCublasGemm:
       return q.cublas && dense_gemm_shape(p) && x_ok && out_ok;
+    case Algo::kFwdCublasScatter:  // (not in the rules yet: forced or autotuned only)
+      return q.cublas && scatter_gemm_shape(p) && x_ok && out_ok;
     case Algo::kDgradCublasGemm:
       return q.cublas && dense_gemm_shape(p) && go_ok && out_ok;
     case Algo::kWgradCublasGemm: {
@@ -556,7 +568,8 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced) {
 std::vector<Algo> forward_candidates(const Query& q) {
   std::vector<Algo> c;
   for (Algo a : {Algo::kPatchGemm, Algo::kNarrowOutput, Algo::kDirectTensorOp,
-                 Algo::kDirectSimt, Algo::kFwdPadded, Algo::kFwdDepthwise, Algo::kFwdCublasGemm})
+                 Algo::kDirectSimt, Algo::kFwdPadded, Algo::kFwdDepthwise, Algo::kFwdCublasGemm,
+                 Algo::kFwdCublasScatter})
     if (can_implement(a, q)) c.push_back(a);
   if (tensor_cores(q)) {
     // The implicit GEMM's kernels: on Hopper the two-block wgmma one and, for 64 or more

@@ -45,6 +45,11 @@ struct Query {
 // 32-bit dimensions.
 bool dense_gemm_shape(const Problem& p);
 
+// Whether p's taps never overlap so that the forward is one dense GEMM (x * w over all taps)
+// and a scatter of its columns (kernel <= stride, one group, dilation 1 where the kernel is
+// wider than 1) and not already dense_gemm_shape; sizes within cuBLAS's 32-bit dimensions.
+bool scatter_gemm_shape(const Problem& p);
+
 // An algorithm's conditions: whether it can take the query's pass (fwd, dgrad or wgrad by
 // the algorithm). A launcher may still decline (grid limits, alignment): the glue then
 // runs the next algorithm of the plan.

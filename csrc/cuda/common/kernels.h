@@ -175,6 +175,19 @@ cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cud
 cudaError_t launch_igemm_split_reduce(const float* ws, int splits, void* dst, const void* bias,
                                       int64_t numel, int64_t C, int64_t inner, DType dt,
                                       cudaStream_t st);
+// The taps of a layer whose taps never overlap (kh <= sh, kw <= sw), scattered from the GEMM
+// y = x * w into the output with the bias (common/layout_kernels.cu; cuBLAS GEMM + scatter
+// forward). y's element (n, c = co*kh*kw + ky*kw + kx, pixel = iy*W + ix) lies at
+// n*ysn + c*ysc + pixel*ysp; rows = N*Cout*Ho (NCHW out) or N*Ho*Wo (chan_last out).
+struct ScatterTapsArgs {
+  Problem p;
+  int64_t ysn = 0, ysc = 0, ysp = 0;
+  TensorRef out;
+  bool chan_last = false;
+  int64_t rows = 0;
+};
+cudaError_t launch_scatter_taps(const ScatterTapsArgs& a, const void* y, const void* bias,
+                                DType dt, cudaStream_t st);
 // dst[e] += bias[(e / inner) % C] for the dense dst of numel elements (common/layout_kernels.cu):
 // the cuBLAS forward's bias (inner = H*W for NCHW, taps for a 1x1 input, 1 channels-last).
 cudaError_t launch_add_bias(void* dst, const void* bias, int64_t numel, int64_t C, int64_t inner,

@@ -404,7 +404,70 @@ cudaError_t run_add_bias(void* dst, const void* bias, int64_t numel, int64_t C, 
   return cudaGetLastError();
 }
 
+// out[n][co][oy][ox] = y[tap of (oy, ox)] + bias[co] for a layer whose taps never overlap
+// (kh <= sh, kw <= sw, dilation 1 where the kernel is wider than 1): output row oy takes
+// input row iy = (oy + ph) / sh through tap ky = (oy + ph) % sh, or nothing where ky >= kh or
+// iy >= H (the bias alone). y holds the GEMM x * w: element (n, c = co*kh*kw + ky*kw + kx,
+// pixel = iy*W + ix) at n*ysn + c*ysc + pixel*ysp. One thread per output element, in the
+// output's memory order: columns (ox; channels-last: co) fastest, one row per grid-y index.
+template <typename T, typename Acc>
+__global__ void __launch_bounds__(256) scatter_taps_kernel(ScatterTapsArgs a,
+                                                           const T* __restrict__ y,
+                                                           const T* __restrict__ bias,
+                                                           T* __restrict__ out) {
+  const Problem& p = a.p;
+  const int64_t cols = a.chan_last ? p.Cout : p.Wo;
+  const int64_t col = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (col >= cols) return;
+  for (int64_t row = blockIdx.y; row < a.rows; row += gridDim.y) {
+    int64_t n, co, oy, ox;
+    if (a.chan_last) {  // row = (n, oy, ox)
+      ox = row % p.Wo;
+      const int64_t r2 = row / p.Wo;
+      oy = r2 % p.Ho;
+      n = r2 / p.Ho;
+      co = col;
+    } else {  // row = (n, co, oy)
+      oy = row % p.Ho;
+      const int64_t r2 = row / p.Ho;
+      co = r2 % p.Cout;
+      n = r2 / p.Cout;
+      ox = col;
+    }
+    const int64_t ty = oy + p.ph, tx = ox + p.pw;
+    const int64_t iy = ty / p.sh, ix = tx / p.sw, ky = ty - iy * p.sh, kx = tx - ix * p.sw;
+    Acc v = bias ? Acc(bias[co]) : Acc(0);
+    if (ky < p.kh && kx < p.kw && iy < p.H && ix < p.W)
+      v += Acc(y[n * a.ysn + ((co * p.kh + ky) * p.kw + kx) * a.ysc + (iy * p.W + ix) * a.ysp]);
+    out[n * a.out.sn + co * a.out.sc + oy * a.out.sh + ox * a.out.sw] = T(v);
+  }
+}
+
+template <typename T, typename Acc>
+cudaError_t run_scatter_taps(const ScatterTapsArgs& a, const void* y, const void* bias,
+                             cudaStream_t st) {
+  const int64_t cols = a.chan_last ? a.p.Cout : a.p.Wo;
+  const int64_t gx = (cols + 255) / 256;
+  if (gx > 0x7fffffffLL) return cudaErrorInvalidValue;
+  const int64_t gy = std::min<int64_t>(a.rows, 65535);
+  scatter_taps_kernel<T, Acc><<<dim3(unsigned(gx), unsigned(gy)), 256, 0, st>>>(
+      a, static_cast<const T*>(y), static_cast<const T*>(bias), static_cast<T*>(a.out.ptr));
+  return cudaGetLastError();
+}
+
 }  // namespace
+
+cudaError_t launch_scatter_taps(const ScatterTapsArgs& a, const void* y, const void* bias,
+                                DType dt, cudaStream_t st) {
+  if (a.rows == 0 || a.p.Cout == 0 || a.p.Wo == 0) return cudaSuccess;
+  switch (dt) {
+    case DType::kHalf: return run_scatter_taps<__half, float>(a, y, bias, st);
+    case DType::kBFloat16: return run_scatter_taps<__nv_bfloat16, float>(a, y, bias, st);
+    case DType::kFloat: return run_scatter_taps<float, float>(a, y, bias, st);
+    case DType::kDouble: return run_scatter_taps<double, double>(a, y, bias, st);
+  }
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t launch_add_bias(void* dst, const void* bias, int64_t numel, int64_t C, int64_t inner,
                             DType dt, cudaStream_t st) {

@@ -1903,6 +1903,52 @@ _SCATTER_CFGS = [
 ]
 
 
+def test_cublas_gemm_tap_gathered_planned(monkeypatch):
+    """Both gradients of the backward's tap-gathered 1x1 problem go to cuBLAS in 16-bit types
+    with 512+ pixels per image, not with fewer nor in fp32."""
+    _algo(monkeypatch, None)
+    big = Cfg(2, 64, 32, 32, 32, k=2, stride=2)
+    x, w, b = big.make(torch.bfloat16, "cuda")
+    check(x, w, b, big.kwargs(), what="gathered cublas ")
+    assert (_ran("bwd"), _ran("dgrad"), _ran("wgrad")) == ("tap_gather", "cublas_gemm", "cublas_gemm"), \
+        convt2d.last_algorithms()
+    x, w, b = big.make(torch.float32, "cuda")
+    check(x, w, b, big.kwargs(), what="gathered fp32 ")
+    assert _ran("bwd") == "tap_gather" and "cublas_gemm" not in (_ran("dgrad"), _ran("wgrad")), \
+        convt2d.last_algorithms()
+    small = Cfg(16, 64, 32, 8, 8, k=2, stride=2)
+    x, w, b = small.make(torch.bfloat16, "cuda")
+    check(x, w, b, small.kwargs(), what="gathered small ")
+    assert _ran("bwd") == "tap_gather" and "cublas_gemm" not in (_ran("dgrad"), _ran("wgrad")), \
+        convt2d.last_algorithms()
+
+
+def test_cublas_gemm_scatter_planned(monkeypatch):
+    """The planner takes the GEMM over all taps + scatter where x's channels dominate (256 or
+    more, at least 8 per output column of a pixel), in both layouts, and not for fewer input
+    channels or under torch's deterministic mode."""
+    _algo(monkeypatch, None)
+    rgb = Cfg(2, 512, 3, 8, 6, k=2, stride=2, bias=True)
+    for layout in ("nchw", "channels_last"):
+        for dt in (torch.float32, torch.bfloat16):
+            x, w, b = rgb.make(dt, "cuda")
+            if layout == "channels_last":
+                x = x.contiguous(memory_format=torch.channels_last)
+            check(x, w, b, rgb.kwargs(), what=f"scatter planned {layout} {dt} ")
+            assert _ran("fwd") == "cublas_gemm_scatter", convt2d.last_algorithms()
+    few = Cfg(2, 128, 16, 8, 8, k=1, stride=2)
+    x, w, b = few.make(torch.bfloat16, "cuda")
+    check(x, w, b, few.kwargs(), what="scatter declined ")
+    assert _ran("fwd") != "cublas_gemm_scatter", convt2d.last_algorithms()
+    x, w, b = rgb.make(torch.bfloat16, "cuda")
+    torch.use_deterministic_algorithms(True)
+    try:
+        check(x, w, b, rgb.kwargs(), what="scatter deterministic ")
+        assert _ran("fwd") != "cublas_gemm_scatter", convt2d.last_algorithms()
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 @pytest.mark.parametrize("dtype", list(_DENSE_DTYPES))
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _SCATTER_CFGS, ids=lambda c: c.id())

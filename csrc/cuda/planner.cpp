@@ -247,6 +247,20 @@ bool prefer_cublas(Pass pass, const Query& q) {
   return compute <= std::max(1.25 * mem, 10e-6);
 }
 
+// The backward's tap-gathered 1x1 problem (kernel <= stride) on cuBLAS besides
+// prefer_cublas: 16-bit types only, and not as per-image GEMMs of fewer than 512 pixels.
+// Tuning seed 1, 43 kernel <= stride layers + 3 zoo layers, each gradient forced to cuBLAS:
+// bf16 won up to 2.5x on one GEMM (one image, a 1x1 input) and on per-image GEMMs of 784+
+// pixels (one loss: 256 -> 128 k2 s2 on 100x100, grad_input 56 -> 93 us) and lost up to 3.7x
+// on per-image GEMMs of 16-256 pixels (Mask R-CNN's 14x14 mask head, 512 images: 1.1x / 1.7x
+// slower); fp32, on cuBLAS's IEEE GEMM, lost on all but the smallest layers.
+bool gathered_cublas(Pass pass, const Query& q) {
+  const Problem& p = q.p;
+  const bool one_gemm = p.N == 1 || p.H * p.W == 1 ||
+                        (pass == Pass::kGradInput ? q.go_cl && q.out_cl : q.x_cl && q.go_cl);
+  return (q.dt == DType::kHalf || q.dt == DType::kBFloat16) && (one_gemm || p.H * p.W >= 512);
+}
+
 // Bytes every backward algorithm moves at least: grad_output, x, weight, both gradients.
 double backward_bytes(const Query& q) {
   const Problem& p = q.p;
@@ -380,7 +394,7 @@ bool can_implement(Algo a, const Query& q) {
   switch (a) {
     case Algo::kFwdCublasGemm:
       return q.cublas && dense_gemm_shape(p) && x_ok && out_ok;
-    case Algo::kFwdCublasScatter:  // (not in the rules yet: forced or autotuned only)
+    case Algo::kFwdCublasScatter:
       return q.cublas && scatter_gemm_shape(p) && x_ok && out_ok;
     case Algo::kDgradCublasGemm:
       return q.cublas && dense_gemm_shape(p) && go_ok && out_ok;
@@ -469,6 +483,17 @@ bool narrow_idle(const Query& q) {
   return p.cin_g() >= 32 && phase_pix <= 256 && tensor_cores(q) && q.math != MathMode::kIEEE;
 }
 
+// Where the GEMM over all taps + scatter (kernel <= stride) beats the per-phase kernels:
+// x's channels dominate the bytes (256 or more, at least 8 per output column of a pixel).
+// Tuning seed 1, 43 kernel <= stride layers x fp32 / bf16, forced against the default: it won
+// on all 10 rows of this class (1.1-4.9x, geomean 1.9x) and lost on rows outside it (128 -> 16
+// k1 s2: 1.3-1.6x slower; 320 -> 16 k2 s2 fp32, 5 channels a column: 1.8x slower than the
+// patch GEMM).
+bool scatter_preferred(const Query& q) {
+  const Problem& p = q.p;
+  return p.Cin >= 256 && p.Cin >= 8 * p.Cout * p.kh * p.kw;
+}
+
 // The measured rules (the order to try; the last never declines).
 std::vector<Algo> forward_rules(const Query& q) {
   std::vector<Algo> seq;
@@ -479,10 +504,16 @@ std::vector<Algo> forward_rules(const Query& q) {
   // per tap in the output's own memory order (either layout).
   if (can_implement(Algo::kFwdDepthwise, q)) seq.push_back(Algo::kFwdDepthwise);
   // A pass that is exactly one dense GEMM (a 1x1 kernel at stride 1, a 1x1 input): cuBLAS,
-  // where prefer_cublas (not the backward's tap-gathered problem, whose GEMMs stay on the
-  // measured kernels).
+  // where prefer_cublas.
   if (can_implement(Algo::kFwdCublasGemm, q) && prefer_cublas(Pass::kForward, q))
     seq.push_back(Algo::kFwdCublasGemm);
+  // Taps that never overlap (kernel <= stride) with many input channels against few output
+  // columns per input pixel (Cout*kh*kw): one cuBLAS GEMM over all taps reads x once, with
+  // all kh*kw*Cout columns in its tiles, then a scatter pass; the per-phase kernels read x
+  // once per tap, their N (Cout) padded to 32 (an RGB or keypoint head at k2 s2, a strided
+  // 1x1 kernel to 16 channels).
+  if (can_implement(Algo::kFwdCublasScatter, q) && scatter_preferred(q))
+    seq.push_back(Algo::kFwdCublasScatter);
   // 1..8 outputs per group with many reduced channels per output (a GAN's RGB layer, a
   // keypoint head) and x rows contiguous (its loads run along W): the narrow kernel.
   // Not where its warps would idle (narrow_idle).
@@ -547,7 +578,7 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced) {
   for (Algo a : {Algo::kNarrowOutput, Algo::kDirectSimt, Algo::kDirectTensorOp,
                  Algo::kPatchGemm, Algo::kFwdPadded, Algo::kFwdDepthwise, Algo::kImplicitGemm}) {
     // (cuBLAS, where the rules take it, stays: prefer_cublas has weighed it.)
-    if (rule == Algo::kFwdCublasGemm) break;
+    if (rule == Algo::kFwdCublasGemm || rule == Algo::kFwdCublasScatter) break;
     if (a == rule || !forward_model_candidate(a, q)) continue;
     // One input channel per group: the model's direct-kernel times are far too low there
     // (a dilated depthwise k3 s3 layer: predicted 0.2 ms, ran 7.9 ms; the depthwise kernel
@@ -599,8 +630,8 @@ Algo plan_grad_input(const Query& q, Algo forced) {
       can_implement(forced, q))
     return forced;
   // Exactly one dense GEMM: cuBLAS where prefer_cublas (as the forward).
-  if (!q.tap_gathered && can_implement(Algo::kDgradCublasGemm, q) &&
-      prefer_cublas(Pass::kGradInput, q))
+  if (can_implement(Algo::kDgradCublasGemm, q) && prefer_cublas(Pass::kGradInput, q) &&
+      (!q.tap_gathered || gathered_cublas(Pass::kGradInput, q)))
     return Algo::kDgradCublasGemm;
   // One input channel per group and at most 8 outputs per group: the depthwise kernel
   // (grad_output read once per tap, in grad_input's memory order). With more outputs per
@@ -644,8 +675,8 @@ Algo plan_grad_weight(const Query& q, Algo forced) {
       can_implement(forced, q))
     return forced;
   // Exactly one dense GEMM: cuBLAS where prefer_cublas (as the forward).
-  if (!q.tap_gathered && can_implement(Algo::kWgradCublasGemm, q) &&
-      prefer_cublas(Pass::kGradWeight, q))
+  if (can_implement(Algo::kWgradCublasGemm, q) && prefer_cublas(Pass::kGradWeight, q) &&
+      (!q.tap_gathered || gathered_cublas(Pass::kGradWeight, q)))
     return Algo::kWgradCublasGemm;
   // One input channel per group: the depthwise kernel reads x and grad_output once, in
   // grad_output's memory order (channels or pixels fastest).

@@ -5,7 +5,10 @@
 #include "cuda/planner.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
+#include <unordered_map>
 
 namespace convt2d {
 namespace cuda {
@@ -564,7 +567,7 @@ bool forward_model_candidate(Algo a, const Query& q) {
 }
 }  // namespace
 
-std::vector<Algo> plan_forward(const Query& q, Algo forced) {
+static std::vector<Algo> plan_forward_uncached(const Query& q, Algo forced) {
   std::vector<Algo> seq;
   if (forced != Algo::kNone && can_implement(forced, q)) seq.push_back(forced);
   const std::vector<Algo> rules = forward_rules(q);
@@ -614,14 +617,14 @@ std::vector<Algo> forward_candidates(const Query& q) {
   return c;
 }
 
-Algo plan_backward_transform(const Query& q, Algo forced) {
+static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   // The tap gather replaces the channels-last copy of all of grad_output that the strided
   // problem reads only kh*kw / (sh*sw) of (a U-Net's k=2 s=2, a dilated k=3 at stride 5).
   if (forced == Algo::kStrided) return Algo::kStrided;
   return can_implement(Algo::kTapGather, q) ? Algo::kTapGather : Algo::kStrided;
 }
 
-Algo plan_grad_input(const Query& q, Algo forced) {
+static Algo plan_grad_input_uncached(const Query& q, Algo forced) {
   // grad_input is the strided conv2d of grad_output with the weight: one implicit GEMM, its
   // tensor-core kernel picked by the launcher (implicit_gemm/igemm_tensor_core.cu), unless
   // the GEMM's N (Cin/groups) and K (Cout/groups x taps) are so small that its tiles are
@@ -667,7 +670,7 @@ std::vector<Algo> grad_input_candidates(const Query& q) {
   return c;
 }
 
-Algo plan_grad_weight(const Query& q, Algo forced) {
+static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
   if (forced == Algo::kWgradSimt) return Algo::kWgradSimt;
   if ((forced == Algo::kWgradWgmmaNchw || forced == Algo::kWgradTensorOp ||
        forced == Algo::kWgradDirect || forced == Algo::kWgradPadded ||
@@ -708,6 +711,62 @@ bool grad_weight_reads_nchw_x(const Query& q, const Variant& var) {
   const Problem& p = q.p;
   const bool pref = var.wgrad_x >= 0 ? var.wgrad_x == 1 : p.kh * p.kw == 1 || p.cin_g() < 32;
   return pref && q.x_nchw && (p.H * p.W) % chunk_elems(q.dt) == 0;
+}
+
+// ---- the plan cache ------------------------------------------------------------------------
+namespace {
+// Every field of a query, the pass and the forced algorithm: the whole input of a plan.
+using PlanKey = std::array<int64_t, 22>;
+PlanKey plan_key(Pass pass, const Query& q, Algo forced) {
+  const Problem& p = q.p;
+  const bool flags[] = {q.sm80,    q.wgmma,   q.x_nchw,   q.x_cl,         q.x_unit_w,
+                        q.out_nchw, q.out_cl, q.bias,     q.go_nchw,      q.go_cl,
+                        q.go_unit_w, q.want_gi, q.want_gw, q.tap_gathered, q.cublas,
+                        q.cublas_fp32_out};
+  int64_t bits = 0;
+  for (bool f : flags) bits = bits * 2 + (f ? 1 : 0);
+  return {p.N,  p.Cin, p.H,  p.W,  p.Cout, p.Ho,  p.Wo,         p.kh,         p.kw,
+          p.groups, p.sh, p.sw, p.ph, p.pw, p.oph, p.opw, p.dh, p.dw, int64_t(q.dt) * 16 + int64_t(q.math),
+          bits, int64_t(pass), int64_t(forced)};
+}
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    for (int64_t v : k) h = (h ^ uint64_t(v)) * 1099511628211ull;
+    return size_t(h);
+  }
+};
+// Per thread (no lock on the hot path), at most kPlanCacheSize problems (then emptied: a
+// model with changing shapes does not grow it without bound).
+constexpr size_t kPlanCacheSize = 4096;
+template <class F>
+const std::vector<Algo>& cached_plan(Pass pass, const Query& q, Algo forced, F plan) {
+  thread_local std::unordered_map<PlanKey, std::vector<Algo>, PlanKeyHash> cache;
+  const PlanKey key = plan_key(pass, q, forced);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= kPlanCacheSize) cache.clear();
+  return cache.emplace(key, plan()).first->second;
+}
+}  // namespace
+
+std::vector<Algo> plan_forward(const Query& q, Algo forced) {
+  return cached_plan(Pass::kForward, q, forced, [&] { return plan_forward_uncached(q, forced); });
+}
+Algo plan_backward_transform(const Query& q, Algo forced) {
+  return cached_plan(Pass::kBackward, q, forced, [&] {
+    return std::vector<Algo>{plan_backward_transform_uncached(q, forced)};
+  }).front();
+}
+Algo plan_grad_input(const Query& q, Algo forced) {
+  return cached_plan(Pass::kGradInput, q, forced, [&] {
+    return std::vector<Algo>{plan_grad_input_uncached(q, forced)};
+  }).front();
+}
+Algo plan_grad_weight(const Query& q, Algo forced) {
+  return cached_plan(Pass::kGradWeight, q, forced, [&] {
+    return std::vector<Algo>{plan_grad_weight_uncached(q, forced)};
+  }).front();
 }
 
 int igemm_k_splits(const Query& q, bool dgrad) {

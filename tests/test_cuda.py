@@ -1903,6 +1903,23 @@ _SCATTER_CFGS = [
 ]
 
 
+def test_planner_small_phase_and_depthwise_choices(monkeypatch):
+    """Strided 1x1 layers on small images with 16+ input channels: the tensor-core implicit
+    GEMM, not the direct kernel; a depthwise layer stays on the depthwise kernel (the cost
+    model's narrow-kernel time is not trusted there)."""
+    _algo(monkeypatch, None)
+    small = Cfg(4, 96, 64, 13, 13, k=1, stride=2, bias=True)
+    for dt in (torch.float32, torch.bfloat16):
+        x, w, b = small.make(dt, "cuda")
+        check(x, w, b, small.kwargs(), what=f"small phase {dt} ", backward=False)
+        assert _ran("fwd").startswith("implicit_gemm"), convt2d.last_algorithms()
+    dw = Cfg(64, 256, 256, 13, 13, k=1, stride=2, dilation=2, groups=256, bias=True)
+    for dt in (torch.float32, torch.bfloat16):
+        x, w, b = dw.make(dt, "cuda")
+        check(x, w, b, dw.kwargs(), what=f"depthwise {dt} ", backward=False)
+        assert _ran("fwd") == "depthwise", convt2d.last_algorithms()
+
+
 def test_cublas_gemm_tap_gathered_planned(monkeypatch):
     """Both gradients of the backward's tap-gathered 1x1 problem go to cuBLAS in 16-bit types
     with 512+ pixels per image, not with fewer nor in fp32."""

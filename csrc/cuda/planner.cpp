@@ -497,6 +497,19 @@ bool scatter_preferred(const Query& q) {
   return p.Cin >= 256 && p.Cin >= 8 * p.Cout * p.kh * p.kw;
 }
 
+// Taps that never overlap (kernel <= stride) on stride phases of at most 16x16 pixels with
+// 16 or more input channels per group in whole 16-byte chunks: the tensor-core implicit
+// GEMM, not the direct kernel, even where the bytes bound the layer (tuning seed 1, strided
+// 1x1 layers: on the 5 such layers x fp32 / bf16 the GEMM took 0.45-0.97x the direct
+// kernel's time, geomean 0.66, e.g. 96 -> 1024 on 13x13 bf16 110 -> 49 us; on larger phases
+// it lost up to 4x, the direct kernel's coalesced rows winning there).
+bool small_phase_gemm(const Query& q) {
+  const Problem& p = q.p;
+  const int64_t phase_pix = ((p.Ho + p.sh - 1) / p.sh) * ((p.Wo + p.sw - 1) / p.sw);
+  return p.kh <= p.sh && p.kw <= p.sw && phase_pix <= 256 && p.cin_g() >= 16 &&
+         p.cin_g() % chunk_elems(q.dt) == 0 && tensor_cores(q) && q.math != MathMode::kIEEE;
+}
+
 // The measured rules (the order to try; the last never declines).
 std::vector<Algo> forward_rules(const Query& q) {
   std::vector<Algo> seq;
@@ -542,7 +555,7 @@ std::vector<Algo> forward_rules(const Query& q) {
   }
   const bool gemm_ok = tc_gemm && p.cout_g() >= 8 && kpo >= 256;
   const bool memory_bound = (p.cout_g() < 32 && !gemm_ok) || kpo < 64 || !q.sm80;
-  if (memory_bound && can_implement(Algo::kDirect, q)) {
+  if (memory_bound && can_implement(Algo::kDirect, q) && !small_phase_gemm(q)) {
     seq.push_back(Algo::kDirect);
     return seq;
   }
@@ -586,7 +599,10 @@ static std::vector<Algo> plan_forward_uncached(const Query& q, Algo forced) {
     // One input channel per group: the model's direct-kernel times are far too low there
     // (a dilated depthwise k3 s3 layer: predicted 0.2 ms, ran 7.9 ms; the depthwise kernel
     // beat the direct ones by 2x in geomean over the class; docs/design.md, the planner).
-    if (rule == Algo::kFwdDepthwise && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp))
+    // (The narrow kernel likewise: 491 us against the depthwise kernel's 70 on a 256-channel
+    // k1 s2 layer of 13x13 images, bf16.)
+    if (rule == Algo::kFwdDepthwise && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp ||
+                                        a == Algo::kNarrowOutput))
       continue;
     const double t = fwd_time(a, q);
     if (t < tb) {
@@ -621,7 +637,17 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   // The tap gather replaces the channels-last copy of all of grad_output that the strided
   // problem reads only kh*kw / (sh*sw) of (a U-Net's k=2 s=2, a dilated k=3 at stride 5).
   if (forced == Algo::kStrided) return Algo::kStrided;
-  return can_implement(Algo::kTapGather, q) ? Algo::kTapGather : Algo::kStrided;
+  if (!can_implement(Algo::kTapGather, q)) return Algo::kStrided;
+  if (forced == Algo::kTapGather) return Algo::kTapGather;
+  // Kernel == stride (the gather copies all of grad_output) on images of at most 256 pixels
+  // with 32+ input channels: the strided problem's one channels-last copy measured faster
+  // (tuning seed 1, 60 kernel <= stride layers x fp32 / bf16: on the 8 such layers strided
+  // took 0.54-1.02x the gather's time, geomean 0.87, e.g. 32 -> 384 k4 s4 on 16x16 bf16
+  // 349 -> 190 us; on larger images, fewer channels or kernels smaller than the stride the
+  // gather won, up to 2.9x).
+  const Problem& p = q.p;
+  if (p.kh == p.sh && p.kw == p.sw && p.H * p.W <= 256 && p.Cin >= 32) return Algo::kStrided;
+  return Algo::kTapGather;
 }
 
 static Algo plan_grad_input_uncached(const Query& q, Algo forced) {

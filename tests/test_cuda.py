@@ -1440,8 +1440,9 @@ def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
     gather and the 1x1 kernels, and every gradient matches the float64 reference (x
     channels-last too; the gradients keep torch's layouts, which check() compares). A
     channels-last grad_output (as autograd gives for channels-last x) keeps the strided path,
-    which reads it without a copy."""
-    _algo(monkeypatch, None)
+    which reads it without a copy. The gather is forced (bwd:tap_gather): the planner declines it
+    on small images where kernel == stride (test_cublas_gemm_tap_gathered_planned)."""
+    _algo(monkeypatch, "bwd:tap_gather")
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
     x, w, b = cfg.make(dt, "cuda")
     if layout == "nhwc":
@@ -1922,7 +1923,8 @@ def test_planner_small_phase_and_depthwise_choices(monkeypatch):
 
 def test_cublas_gemm_tap_gathered_planned(monkeypatch):
     """Both gradients of the backward's tap-gathered 1x1 problem go to cuBLAS in 16-bit types
-    with 512+ pixels per image, not with fewer nor in fp32."""
+    with 512+ pixels per image, not with fewer nor in fp32; kernel == stride on small images
+    with 32+ input channels is not gathered."""
     _algo(monkeypatch, None)
     big = Cfg(2, 64, 32, 32, 32, k=2, stride=2)
     x, w, b = big.make(torch.bfloat16, "cuda")
@@ -1933,11 +1935,16 @@ def test_cublas_gemm_tap_gathered_planned(monkeypatch):
     check(x, w, b, big.kwargs(), what="gathered fp32 ")
     assert _ran("bwd") == "tap_gather" and "cublas_gemm" not in (_ran("dgrad"), _ran("wgrad")), \
         convt2d.last_algorithms()
-    small = Cfg(16, 64, 32, 8, 8, k=2, stride=2)
+    small = Cfg(16, 64, 32, 8, 8, k=1, stride=2)
     x, w, b = small.make(torch.bfloat16, "cuda")
     check(x, w, b, small.kwargs(), what="gathered small ")
     assert _ran("bwd") == "tap_gather" and "cublas_gemm" not in (_ran("dgrad"), _ran("wgrad")), \
         convt2d.last_algorithms()
+    # kernel == stride on images of <= 256 pixels with 32+ input channels: no gather at all
+    patch = Cfg(16, 64, 32, 8, 8, k=2, stride=2)
+    x, w, b = patch.make(torch.bfloat16, "cuda")
+    check(x, w, b, patch.kwargs(), what="strided small ")
+    assert _ran("bwd") == "strided", convt2d.last_algorithms()
 
 
 def test_cublas_gemm_scatter_planned(monkeypatch):

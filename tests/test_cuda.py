@@ -1921,30 +1921,26 @@ def test_planner_small_phase_and_depthwise_choices(monkeypatch):
         assert _ran("fwd") == "depthwise", convt2d.last_algorithms()
 
 
-def test_cublas_gemm_tap_gathered_planned(monkeypatch):
-    """Both gradients of the backward's tap-gathered 1x1 problem go to cuBLAS in 16-bit types
-    with 512+ pixels per image, not with fewer nor in fp32; kernel == stride on small images
-    with 32+ input channels is not gathered."""
+def test_tap_gathered_planned(monkeypatch):
+    """The backward's tap-gathered 1x1 problem stays on the kernels (not cuBLAS) in every
+    dtype; kernel == stride on small images with 32+ input channels is not gathered."""
     _algo(monkeypatch, None)
     big = Cfg(2, 64, 32, 32, 32, k=2, stride=2)
-    x, w, b = big.make(torch.bfloat16, "cuda")
-    check(x, w, b, big.kwargs(), what="gathered cublas ")
-    assert (_ran("bwd"), _ran("dgrad"), _ran("wgrad")) == ("tap_gather", "cublas_gemm", "cublas_gemm"), \
-        convt2d.last_algorithms()
-    x, w, b = big.make(torch.float32, "cuda")
-    check(x, w, b, big.kwargs(), what="gathered fp32 ")
-    assert _ran("bwd") == "tap_gather" and "cublas_gemm" not in (_ran("dgrad"), _ran("wgrad")), \
-        convt2d.last_algorithms()
-    small = Cfg(16, 64, 32, 8, 8, k=1, stride=2)
-    x, w, b = small.make(torch.bfloat16, "cuda")
-    check(x, w, b, small.kwargs(), what="gathered small ")
-    assert _ran("bwd") == "tap_gather" and "cublas_gemm" not in (_ran("dgrad"), _ran("wgrad")), \
-        convt2d.last_algorithms()
+    for dt in (torch.bfloat16, torch.float32):
+        x, w, b = big.make(dt, "cuda")
+        check(x, w, b, big.kwargs(), what=f"gathered {dt} ")
+        assert _ran("bwd") == "tap_gather" and "cublas_gemm" not in (_ran("dgrad"), _ran("wgrad")), \
+            convt2d.last_algorithms()
     # kernel == stride on images of <= 256 pixels with 32+ input channels: no gather at all
     patch = Cfg(16, 64, 32, 8, 8, k=2, stride=2)
     x, w, b = patch.make(torch.bfloat16, "cuda")
     check(x, w, b, patch.kwargs(), what="strided small ")
     assert _ran("bwd") == "strided", convt2d.last_algorithms()
+    # ... but a smaller kernel than the stride is
+    k1 = Cfg(16, 64, 32, 8, 8, k=1, stride=2)
+    x, w, b = k1.make(torch.bfloat16, "cuda")
+    check(x, w, b, k1.kwargs(), what="gathered k1 ")
+    assert _ran("bwd") == "tap_gather", convt2d.last_algorithms()
 
 
 def test_cublas_gemm_scatter_planned(monkeypatch):

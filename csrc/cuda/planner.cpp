@@ -250,20 +250,6 @@ bool prefer_cublas(Pass pass, const Query& q) {
   return compute <= std::max(1.25 * mem, 10e-6);
 }
 
-// The backward's tap-gathered 1x1 problem (kernel <= stride) on cuBLAS besides
-// prefer_cublas: 16-bit types only, and not as per-image GEMMs of fewer than 512 pixels.
-// Tuning seed 1, 43 kernel <= stride layers + 3 zoo layers, each gradient forced to cuBLAS:
-// bf16 won up to 2.5x on one GEMM (one image, a 1x1 input) and on per-image GEMMs of 784+
-// pixels (one loss: 256 -> 128 k2 s2 on 100x100, grad_input 56 -> 93 us) and lost up to 3.7x
-// on per-image GEMMs of 16-256 pixels (Mask R-CNN's 14x14 mask head, 512 images: 1.1x / 1.7x
-// slower); fp32, on cuBLAS's IEEE GEMM, lost on all but the smallest layers.
-bool gathered_cublas(Pass pass, const Query& q) {
-  const Problem& p = q.p;
-  const bool one_gemm = p.N == 1 || p.H * p.W == 1 ||
-                        (pass == Pass::kGradInput ? q.go_cl && q.out_cl : q.x_cl && q.go_cl);
-  return (q.dt == DType::kHalf || q.dt == DType::kBFloat16) && (one_gemm || p.H * p.W >= 512);
-}
-
 // Bytes every backward algorithm moves at least: grad_output, x, weight, both gradients.
 double backward_bytes(const Query& q) {
   const Problem& p = q.p;
@@ -659,8 +645,11 @@ static Algo plan_grad_input_uncached(const Query& q, Algo forced) {
       can_implement(forced, q))
     return forced;
   // Exactly one dense GEMM: cuBLAS where prefer_cublas (as the forward).
-  if (can_implement(Algo::kDgradCublasGemm, q) && prefer_cublas(Pass::kGradInput, q) &&
-      (!q.tap_gathered || gathered_cublas(Pass::kGradInput, q)))
+  // Not the backward's tap-gathered 1x1 problem: 16-bit cuBLAS there won on most of the
+  // tuning layers but measured once 2x slower on the U-Net suite row (0.157-0.159 ms in three
+  // runs, 0.387 in a fourth; docs/perf-log.md), unexplained, so it stays on the kernels.
+  if (!q.tap_gathered && can_implement(Algo::kDgradCublasGemm, q) &&
+      prefer_cublas(Pass::kGradInput, q))
     return Algo::kDgradCublasGemm;
   // One input channel per group and at most 8 outputs per group: the depthwise kernel
   // (grad_output read once per tap, in grad_input's memory order). With more outputs per
@@ -704,8 +693,9 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
       can_implement(forced, q))
     return forced;
   // Exactly one dense GEMM: cuBLAS where prefer_cublas (as the forward).
-  if (can_implement(Algo::kWgradCublasGemm, q) && prefer_cublas(Pass::kGradWeight, q) &&
-      (!q.tap_gathered || gathered_cublas(Pass::kGradWeight, q)))
+  // (Not the tap-gathered problem: plan_grad_input.)
+  if (!q.tap_gathered && can_implement(Algo::kWgradCublasGemm, q) &&
+      prefer_cublas(Pass::kGradWeight, q))
     return Algo::kWgradCublasGemm;
   // One input channel per group: the depthwise kernel reads x and grad_output once, in
   // grad_output's memory order (channels or pixels fastest).

@@ -1441,7 +1441,7 @@ def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
     channels-last too; the gradients keep torch's layouts, which check() compares). A
     channels-last grad_output (as autograd gives for channels-last x) keeps the strided path,
     which reads it without a copy. The gather is forced (bwd:tap_gather): the planner declines it
-    on small images where kernel == stride (test_cublas_gemm_tap_gathered_planned)."""
+    on small images where kernel == stride (test_tap_gathered_planned)."""
     _algo(monkeypatch, "bwd:tap_gather")
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
     x, w, b = cfg.make(dt, "cuda")
@@ -1890,8 +1890,9 @@ def test_cublas_gemm_planned_and_declined(monkeypatch):
 
 
 # Layers whose taps never overlap (kernel <= stride): the forward as one cuBLAS GEMM over all
-# taps and a scatter of its columns (cublas_gemm_scatter), and both gradients on cuBLAS after
-# the backward's tap gather. 1x1 kernels at strides 2 and 3 (padding, output padding), a
+# taps and a scatter of its columns (cublas_gemm_scatter); the gradients with the tap gather and
+# cuBLAS forced, which they run where the gather takes the problem (tensor cores, channels in
+# 16-byte chunks), else the planner's choices. 1x1 kernels at strides 2 and 3 (padding, output padding), a
 # U-Net k=2 s=2, non-square kernel and stride with padding, k=3 s=3 with padding, a 1x1
 # kernel with dilation (ignored), one output channel.
 _SCATTER_CFGS = [
@@ -1905,8 +1906,8 @@ _SCATTER_CFGS = [
 
 
 def test_planner_small_phase_and_depthwise_choices(monkeypatch):
-    """Strided 1x1 layers on small images with 16+ input channels: the tensor-core implicit
-    GEMM, not the direct kernel; a depthwise layer stays on the depthwise kernel (the cost
+    """Strided 1x1 layers on small images with 32+ input channels: the tensor-core implicit
+    GEMM, not the direct kernels (rules or cost model); a depthwise layer stays on the depthwise kernel (the cost
     model's narrow-kernel time is not trusted there)."""
     _algo(monkeypatch, None)
     small = Cfg(4, 96, 64, 13, 13, k=1, stride=2, bias=True)
@@ -1922,8 +1923,8 @@ def test_planner_small_phase_and_depthwise_choices(monkeypatch):
 
 
 def test_tap_gathered_planned(monkeypatch):
-    """The backward's tap-gathered 1x1 problem stays on the kernels (not cuBLAS) in every
-    dtype; kernel == stride on small images with 32+ input channels is not gathered."""
+    """The backward's tap-gathered 1x1 problem stays on the kernels (not cuBLAS; checked in bf16
+    and fp32); kernel == stride on small images with 32+ input channels is not gathered."""
     _algo(monkeypatch, None)
     big = Cfg(2, 64, 32, 32, 32, k=2, stride=2)
     for dt in (torch.bfloat16, torch.float32):
@@ -1945,8 +1946,8 @@ def test_tap_gathered_planned(monkeypatch):
 
 def test_cublas_gemm_scatter_planned(monkeypatch):
     """The planner takes the GEMM over all taps + scatter where x's channels dominate (256 or
-    more, at least 8 per output column of a pixel), in both layouts, and not for fewer input
-    channels or under torch's deterministic mode."""
+    more, at least 8 per output column of a pixel) into an NCHW output, and not into a
+    channels-last one, not for fewer input channels, not under torch's deterministic mode."""
     _algo(monkeypatch, None)
     rgb = Cfg(2, 512, 3, 8, 6, k=2, stride=2, bias=True)
     for layout in ("nchw", "channels_last"):
@@ -1955,18 +1956,20 @@ def test_cublas_gemm_scatter_planned(monkeypatch):
             if layout == "channels_last":
                 x = x.contiguous(memory_format=torch.channels_last)
             check(x, w, b, rgb.kwargs(), what=f"scatter planned {layout} {dt} ")
-            assert _ran("fwd") == "cublas_gemm_scatter", convt2d.last_algorithms()
+            assert (_ran("fwd") == "cublas_gemm_scatter") == (layout == "nchw"), \
+                convt2d.last_algorithms()
     few = Cfg(2, 128, 16, 8, 8, k=1, stride=2)
     x, w, b = few.make(torch.bfloat16, "cuda")
     check(x, w, b, few.kwargs(), what="scatter declined ")
     assert _ran("fwd") != "cublas_gemm_scatter", convt2d.last_algorithms()
     x, w, b = rgb.make(torch.bfloat16, "cuda")
+    was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
         check(x, w, b, rgb.kwargs(), what="scatter deterministic ")
         assert _ran("fwd") != "cublas_gemm_scatter", convt2d.last_algorithms()
     finally:
-        torch.use_deterministic_algorithms(False)
+        torch.use_deterministic_algorithms(was)
 
 
 @pytest.mark.parametrize("dtype", list(_DENSE_DTYPES))

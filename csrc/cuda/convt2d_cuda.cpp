@@ -301,6 +301,7 @@ cuda::Query make_query(const Problem& p, DType dt, MathMode math) {
   q.p = p;
   q.dt = dt;
   q.math = math;
+  q.device = c10::cuda::current_device();
   q.sm80 = is_sm80_plus();
   q.wgmma = cuda::wgmma_device();
   // cuBLAS (through torch's mm): not under torch's deterministic mode, whose cuBLAS

@@ -478,21 +478,32 @@ bool narrow_idle(const Query& q) {
 // on all 10 rows of this class (1.1-4.9x, geomean 1.9x) and lost on rows outside it (128 -> 16
 // k1 s2: 1.3-1.6x slower; 320 -> 16 k2 s2 fp32, 5 channels a column: 1.8x slower than the
 // patch GEMM).
+// Only to a contiguous NCHW output (all 10 were NCHW; the scatter pass runs a thread per output
+// column, Cout of them for a channels-last output: mostly idle lanes for few channels). fp32
+// runs cuBLAS's IEEE GEMM: as prefer_cublas, only where it is no slower than the bytes moved
+// (x 1.25: x, the weight, the GEMM's result written and read, the output) or under 10 us.
 bool scatter_preferred(const Query& q) {
   const Problem& p = q.p;
-  return p.Cin >= 256 && p.Cin >= 8 * p.Cout * p.kh * p.kw;
+  const double cols = double(p.Cout * p.kh * p.kw);
+  if (!(p.Cin >= 256 && double(p.Cin) >= 8 * cols && q.out_nchw)) return false;
+  if (q.dt != DType::kFloat) return true;
+  const double m = double(p.N * p.H * p.W), eb = double(elem_bytes(q.dt));
+  const double bytes = eb * (m * double(p.Cin) + double(p.Cin) * cols + 2 * m * cols +
+                             double(p.N * p.Cout * p.Ho * p.Wo));
+  const double compute = 2.0 * m * cols * double(p.Cin) / kCublasFp32Rate;
+  return compute <= std::max(1.25 * bytes / kBandwidth, 10e-6);
 }
 
-// Taps that never overlap (kernel <= stride) on stride phases of at most 16x16 pixels with
-// 16 or more input channels per group in whole 16-byte chunks: the tensor-core implicit
-// GEMM, not the direct kernel, even where the bytes bound the layer (tuning seed 1, strided
-// 1x1 layers: on the 5 such layers x fp32 / bf16 the GEMM took 0.45-0.97x the direct
-// kernel's time, geomean 0.66, e.g. 96 -> 1024 on 13x13 bf16 110 -> 49 us; on larger phases
-// it lost up to 4x, the direct kernel's coalesced rows winning there).
+// Strided 1x1 kernels on stride phases of at most 16x16 pixels with 32 or more input channels
+// per group in whole 16-byte chunks: the tensor-core implicit GEMM, not the direct kernels,
+// even where the bytes bound the layer (tuning seed 1, 24 strided 1x1 layers: on the 5 such
+// layers x fp32 / bf16 the GEMM took 0.45-0.97x the direct kernel's time, geomean 0.66, e.g.
+// 96 -> 1024 on 13x13 bf16 110 -> 49 us; on larger phases it lost up to 4x, the direct
+// kernel's coalesced rows winning there). Measured on 1x1 kernels with 48+ channels only.
 bool small_phase_gemm(const Query& q) {
   const Problem& p = q.p;
   const int64_t phase_pix = ((p.Ho + p.sh - 1) / p.sh) * ((p.Wo + p.sw - 1) / p.sw);
-  return p.kh <= p.sh && p.kw <= p.sw && phase_pix <= 256 && p.cin_g() >= 16 &&
+  return p.kh == 1 && p.kw == 1 && p.sh * p.sw > 1 && phase_pix <= 256 && p.cin_g() >= 32 &&
          p.cin_g() % chunk_elems(q.dt) == 0 && tensor_cores(q) && q.math != MathMode::kIEEE;
 }
 
@@ -585,11 +596,14 @@ static std::vector<Algo> plan_forward_uncached(const Query& q, Algo forced) {
     // One input channel per group: the model's direct-kernel times are far too low there
     // (a dilated depthwise k3 s3 layer: predicted 0.2 ms, ran 7.9 ms; the depthwise kernel
     // beat the direct ones by 2x in geomean over the class; docs/design.md, the planner).
-    // (The narrow kernel likewise: 491 us against the depthwise kernel's 70 on a 256-channel
+    // (The narrow kernel likewise: 491 us against the depthwise kernel's 93 on a 256-channel
     // k1 s2 layer of 13x13 images, bf16.)
     if (rule == Algo::kFwdDepthwise && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp ||
                                         a == Algo::kNarrowOutput))
       continue;
+    // Nor the direct kernels where small_phase_gemm measured the GEMM faster (the model
+    // charges the GEMM three launches against their one: 24 -> 17 us on 48 -> 32 k1 s2, 7x7).
+    if (small_phase_gemm(q) && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp)) continue;
     const double t = fwd_time(a, q);
     if (t < tb) {
       tb = t;
@@ -731,8 +745,9 @@ bool grad_weight_reads_nchw_x(const Query& q, const Variant& var) {
 
 // ---- the plan cache ------------------------------------------------------------------------
 namespace {
-// Every field of a query, the pass and the forced algorithm: the whole input of a plan.
-using PlanKey = std::array<int64_t, 22>;
+// Every field of a query (the device too: the direct and narrow kernels' conditions read its
+// shared memory and SM count), the pass and the forced algorithm: the whole input of a plan.
+using PlanKey = std::array<int64_t, 23>;
 PlanKey plan_key(Pass pass, const Query& q, Algo forced) {
   const Problem& p = q.p;
   const bool flags[] = {q.sm80,    q.wgmma,   q.x_nchw,   q.x_cl,         q.x_unit_w,
@@ -743,7 +758,7 @@ PlanKey plan_key(Pass pass, const Query& q, Algo forced) {
   for (bool f : flags) bits = bits * 2 + (f ? 1 : 0);
   return {p.N,  p.Cin, p.H,  p.W,  p.Cout, p.Ho,  p.Wo,         p.kh,         p.kw,
           p.groups, p.sh, p.sw, p.ph, p.pw, p.oph, p.opw, p.dh, p.dw, int64_t(q.dt) * 16 + int64_t(q.math),
-          bits, int64_t(pass), int64_t(forced)};
+          bits, int64_t(pass), int64_t(forced), int64_t(q.device)};
 }
 struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const {

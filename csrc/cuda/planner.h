@@ -17,6 +17,7 @@ struct Query {
   Problem p;
   DType dt = DType::kFloat;
   MathMode math = MathMode::kDefault;
+  int device = 0;          // the CUDA device (kernels' limits are read per device: the plan cache)
   bool sm80 = false;       // compute capability 8.0+ (mma.sync, cp.async)
   bool wgmma = false;      // an sm_90a build on a 9.0 device (wgmma, TMA)
   // forward

@@ -22,7 +22,7 @@ const char* const kAlgoNames[] = {  // in Algo's order
     // grad_weight
     "wgmma_nchw", "tensorop", "simt", "direct", "tensorop_padded", "depthwise", "cublas_gemm",
     // backward transform; CPU
-    "tap_gather", "strided", "avx2", "baseline"};
+    "tap_gather", "tap_gather_cublas", "strided", "avx2", "baseline"};
 
 static_assert(std::size(kAlgoNames) == size_t(Algo::kCount), "a name per algorithm");
 

@@ -1430,11 +1430,21 @@ _GATHER_CFGS = [
     Cfg(2, 16, 16, 8, 8, k=2, stride=2, dilation=2),
     Cfg(1, 24, 8, 11, 6, k=(1, 4), stride=(2, 2), padding=(0, 1)),
 ]
+# Overlapping taps (an im2col of grad_output, where pixels are few against input channels):
+# k4 s2 p1 on 3x2 images; k3 d2 at stride 1 with bias; k(3,5) s(2,1) with output padding and
+# two groups; a 1x1 input with a kernel larger than the output (edge taps outside it).
+_GATHER_OVERLAP_CFGS = [
+    Cfg(2, 64, 24, 3, 2, k=4, stride=2, padding=1),
+    Cfg(1, 48, 16, 2, 3, k=3, stride=1, padding=1, dilation=2, bias=True),
+    Cfg(2, 64, 32, 2, 2, k=(3, 5), stride=(2, 1), padding=(1, 2), output_padding=(1, 0),
+        groups=2),
+    Cfg(3, 32, 8, 1, 1, k=5, stride=2, padding=1, bias=True),
+]
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-ieee"])
-@pytest.mark.parametrize("cfg", _GATHER_CFGS, ids=lambda c: c.id())
+@pytest.mark.parametrize("cfg", _GATHER_CFGS + _GATHER_OVERLAP_CFGS, ids=lambda c: c.id())
 def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
     """Backward of shapes with no more taps than stride phases, NCHW grad_output, runs the tap
     gather and the 1x1 kernels, and every gradient matches the float64 reference (x
@@ -1464,6 +1474,71 @@ def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
                                                                      [True, True, False]))
             assert not any("tap_gather_kernel" in n for n in names), (cfg.id(), names)
         check(x, w, b, cfg.kwargs(), backward=True, what=f"gather {dtype} {layout} ")
+
+
+def _masked_backward_check(cfg, x, w, dt, what):
+    """Each gradient alone (output_mask with one of grad_input / grad_weight) against the
+    float64 reference, on poisoned memory."""
+    k = cfg.kwargs()
+    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
+            list(k["dilation"])]
+    gy = torch.randn(cfg.out_shape(), device="cuda", dtype=dt)
+    xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = torch.autograd.grad(F.conv_transpose2d(xr, wr, None, **k), [xr, wr], gy.double())
+    for i, mask in ((0, [True, False, False]), (1, [False, True, False])):
+        poison("cuda", 4 * (x.numel() + w.numel() + gy.numel()) * x.element_size())
+        g = torch.ops.convt2d.backward(gy, x, w, *args, mask)[i]
+        assert_close(g, ref[i].to(g.device), dt, x.device,
+                     f"{what}{('grad_input', 'grad_weight')[i]} alone")
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-ieee"])
+@pytest.mark.parametrize("cfg", [c for c in _GATHER_CFGS + _GATHER_OVERLAP_CFGS if c.groups == 1],
+                         ids=lambda c: c.id())
+def test_backward_tap_gather_cublas(cfg, dtype, layout, monkeypatch):
+    """The tap gather with both gradients on cuBLAS (bwd:tap_gather_cublas; one group): the
+    gathered grad_output channels-last, grad_input of NCHW x through a permuted copy, an NCHW
+    x copied channels-last for grad_weight; every gradient, together and alone, matches the
+    float64 reference."""
+    _algo(monkeypatch, "bwd:tap_gather_cublas")
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+    x, w, b = cfg.make(dt, "cuda")
+    if layout == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+    flags = _tf32_off() if dtype == "fp32-ieee" else torch.backends.cudnn.flags(
+        enabled=True, allow_tf32=True)
+    with flags:
+        check(x, w, b, cfg.kwargs(), backward=True, what=f"gather cuBLAS {dtype} {layout} ")
+        assert _ran("bwd") == "tap_gather_cublas", convt2d.last_algorithms()
+        assert _ran("dgrad") == "cublas_gemm" and _ran("wgrad") == "cublas_gemm", \
+            convt2d.last_algorithms()
+        _masked_backward_check(cfg, x, w, dt, f"gather cuBLAS {dtype} {layout} ")
+
+
+def test_tap_gather_overlap_planned(monkeypatch):
+    """Overlapping taps: few pixels against a large weight (4M+ elements) go to the gather with
+    cuBLAS (fp32 where the pixels are at most 1/16 of the input channels, 16-bit up to 2.5x);
+    other layers with pixels at most half the input channels to the gather on the kernels;
+    many pixels (a DCGAN-sized layer) and a 1x1 input (one dense GEMM) stay strided."""
+    _algo(monkeypatch, None)
+    cases = [  # (cfg, dtype, expected transform)
+        (Cfg(8, 1024, 512, 2, 2, k=4, stride=2, padding=1), torch.float32, "tap_gather_cublas"),
+        (Cfg(8, 1024, 512, 2, 2, k=4, stride=2, padding=1), torch.bfloat16, "tap_gather_cublas"),
+        (Cfg(2, 1024, 256, 8, 8, k=4, stride=2, padding=1), torch.bfloat16, "tap_gather_cublas"),
+        (Cfg(2, 1024, 256, 8, 8, k=4, stride=2, padding=1), torch.float32, "tap_gather"),
+        (Cfg(2, 256, 128, 4, 4, k=3, stride=1, padding=1), torch.bfloat16, "tap_gather"),
+        (Cfg(32, 256, 128, 8, 8, k=4, stride=2, padding=1), torch.bfloat16, "strided"),
+        # a 1x1 input without padding: the strided problem is one dense GEMM already
+        (Cfg(32, 512, 48, 1, 1, k=4, stride=2), torch.bfloat16, "strided"),
+    ]
+    for cfg, dt, want in cases:
+        x, w, b = cfg.make(dt, "cuda")
+        check(x, w, b, cfg.kwargs(), what=f"planned {cfg.id()} {dt} ")
+        assert _ran("bwd") == want, (cfg.id(), dt, convt2d.last_algorithms())
+        if want == "tap_gather_cublas":
+            assert _ran("dgrad") == "cublas_gemm" and _ran("wgrad") == "cublas_gemm", \
+                convt2d.last_algorithms()
 
 
 def test_tap_gather_declines_heavy_padding(monkeypatch):

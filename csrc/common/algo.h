@@ -50,6 +50,7 @@ enum class Algo : int {
   kWgradCublasGemm,     // dense-GEMM shapes: one cuBLAS GEMM through torch
   // backward transform
   kTapGather,           // grad_output gathered per tap; both gradients as 1x1 problems
+  kTapGatherCublas,     // the same, both gradients then one cuBLAS GEMM each
   kStrided,             // the strided problem as it is
   // CPU
   kCpuAvx2,

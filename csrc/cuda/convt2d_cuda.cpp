@@ -623,7 +623,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   const AlgoOverride& ov = algo_override();
 
   const auto gi_format = suggest_memory_format(input, weight);
-  bool gathering = false;  // planning the tap gather's 1x1 problem
+  bool gathering = false;     // planning the tap gather's 1x1 problem
+  bool gather_cublas = false;  // ... for cuBLAS (kTapGatherCublas)
   // The planner's query for problem pp with grad_output go (the strided problem, or the 1x1
   // problem of the tap gather).
   auto query = [&](const Problem& pp, const at::Tensor& go, const at::Tensor& x, bool want_gi,
@@ -640,6 +641,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     q.go_cl = go.is_contiguous(at::MemoryFormat::ChannelsLast);
     q.go_unit_w = go.stride(3) == 1;
     q.tap_gathered = gathering;
+    q.tap_cublas = gathering && gather_cublas;
     q.want_gi = want_gi;
     q.want_gw = want_gw;
     return q;
@@ -875,13 +877,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   };
 
   // The backward transform (planner): grad_output gathered per tap (common/layout_kernels.cu,
-  // channels-last) makes both gradients 1x1 problems over Cout*kh*kw channels, with the
-  // weight viewed as [Cin][Cog*kh*kw][1][1].
+  // channels-last; with overlapping taps an im2col) makes both gradients 1x1 problems over
+  // Cout*kh*kw channels, with the weight viewed as [Cin][Cog*kh*kw][1][1].
   const int64_t kk = p.kh * p.kw;
   bool gathered = false;
-  if (cuda::plan_backward_transform(query(p, grad_output, input, output_mask[0], output_mask[1]),
-                                    ov.get(Pass::kBackward)) ==
-      Algo::kTapGather) {
+  const Algo transform = cuda::plan_backward_transform(
+      query(p, grad_output, input, output_mask[0], output_mask[1]), ov.get(Pass::kBackward));
+  if (transform == Algo::kTapGather || transform == Algo::kTapGatherCublas) {
     Problem p1 = p;
     p1.Cout = p.Cout * kk;
     p1.Ho = p.H; p1.Wo = p.W;
@@ -894,6 +896,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     if (e != cudaErrorInvalidValue) {
       check_launch(e, "grad_output tap gather");
       gathering = true;
+      gather_cublas = transform == Algo::kTapGatherCublas;
       std::tie(gi, gw) = grads(g2, weight.contiguous().view({p.Cin, p.cout_g() * kk, 1, 1}), p1,
                                input, output_mask[0], output_mask[1]);
       if (gw.defined() && gw.numel() > 0) gw = gw.view(weight.sizes());
@@ -902,7 +905,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
   }
   if (!gathered)
     std::tie(gi, gw) = grads(grad_output, weight, p, input, output_mask[0], output_mask[1]);
-  record_algorithm(Pass::kBackward, gathered ? Algo::kTapGather : Algo::kStrided);
+  record_algorithm(Pass::kBackward, gathered ? transform : Algo::kStrided);
   if (output_mask[1]) gw = gw.contiguous(weight.suggest_memory_format());
   if (output_mask[2]) {
     gb = grad_output.sum({0, 2, 3});  // one bandwidth-bound pass, fp32 accumulation

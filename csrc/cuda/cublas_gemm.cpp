@@ -109,9 +109,14 @@ void cublas_grad_input(const at::Tensor& go, const at::Tensor& w, const at::Tens
     return;
   }
   const at::Tensor wm = w.reshape({p.Cin, p.Cout});
-  if (cl(go) && cl(gi)) {
-    at::Tensor g = rows(gi, p.N * hw, p.Cin);
-    at::mm_out(g, rows(go, p.N * hw, p.Cout), wm.t());
+  if (cl(go)) {  // one GEMM over all pixels (an NCHW grad_input: into a copy, then permuted)
+    if (cl(gi)) {
+      at::Tensor g = rows(gi, p.N * hw, p.Cin);
+      at::mm_out(g, rows(go, p.N * hw, p.Cout), wm.t());
+    } else {
+      const at::Tensor g = at::mm(rows(go, p.N * hw, p.Cout), wm.t());
+      gi.copy_(g.view({p.N, p.H, p.W, p.Cin}).permute({0, 3, 1, 2}));
+    }
     return;
   }
   at::Tensor g = images(gi, p.Cin, hw);
@@ -135,8 +140,9 @@ void cublas_grad_weight(const at::Tensor& x, const at::Tensor& go, const at::Ten
     gw.copy_(t.view({p.Cin, p.kh, p.kw, p.Cout}).permute({0, 3, 1, 2}));
     return;
   }
-  if (cl(x) && cl(go)) {
-    at::mm_out(g, rows(x, p.N * hw, p.Cin).t(), rows(go, p.N * hw, p.Cout));
+  if (cl(go)) {  // one GEMM over all pixels (an NCHW x copied channels-last first)
+    const at::Tensor xc = cl(x) ? x : x.contiguous(at::MemoryFormat::ChannelsLast);
+    at::mm_out(g, rows(xc, p.N * hw, p.Cin).t(), rows(go, p.N * hw, p.Cout));
     return;
   }
   const at::Tensor xm = images(x, p.Cin, hw), gm = images(go, p.Cout, hw);

@@ -175,9 +175,9 @@ DenseGemm dense_gemm(Pass pass, const Query& q) {
   const Problem& p = q.p;
   const double kk = double(p.kh * p.kw), eb = double(elem_bytes(q.dt));
   const bool pixel = p.H == 1 && p.W == 1;
-  const bool per_image = !pixel && !(pass == Pass::kForward    ? q.x_cl && q.out_cl
-                                     : pass == Pass::kGradInput ? q.go_cl && q.out_cl
-                                                                : q.x_cl && q.go_cl);
+  // (the gradients: one GEMM wherever grad_output is channels-last, the other tensor
+  // copied to or from channels-last where it is not)
+  const bool per_image = !pixel && !(pass == Pass::kForward ? q.x_cl && q.out_cl : q.go_cl);
   const double pix = pixel ? double(p.N) : double(p.N * p.H * p.W);
   const double cols = pixel ? double(p.Cout) * kk : double(p.Cout);  // grad_output's per pixel
   DenseGemm g;
@@ -195,8 +195,16 @@ DenseGemm dense_gemm(Pass pass, const Query& q) {
     }
   } else if (pass == Pass::kGradInput) {
     g.m = pix; g.n = double(p.Cin); g.k = cols;
+    if (!pixel && q.go_cl && !q.out_cl) {  // the result permuted into grad_input
+      g.extra_bytes += 2 * eb * pix * double(p.Cin);
+      g.launches++;
+    }
   } else {
     g.m = double(p.Cin); g.n = cols; g.k = pix;
+    if (!pixel && q.go_cl && !q.x_cl) {  // x copied channels-last
+      g.extra_bytes += 2 * eb * pix * double(p.Cin);
+      g.launches++;
+    }
     if (per_image && p.N > 1) {  // per-image products (fp32), summed
       g.batch = double(p.N);
       g.k = double(p.H * p.W);
@@ -374,6 +382,17 @@ bool scatter_gemm_shape(const Problem& p) {
          p.Cin * p.Cout * kk < lim;
 }
 
+// The tap gather's grad_output: no more taps than stride phases, each grad_output element
+// gathered at most once (at most 1.5x as many gathered elements as grad_output has: heavy
+// padding can make it many times more; a little over 1x, from cropped edge taps, still gains).
+bool gather_permutes(const Problem& p) {
+  const int64_t kk = p.kh * p.kw;
+  return kk <= p.sh * p.sw && p.sh * p.sw > 1 && 2 * p.H * p.W * kk <= 3 * p.Ho * p.Wo;
+}
+// Overlapping taps (an im2col of grad_output): the gathered elements, N*H*W*Cout*kh*kw, at
+// most 2.5x the weight's, Cin*Cout/groups*kh*kw (few pixels against many input channels).
+bool gather_weight_sized(const Problem& p) { return 2 * p.N * p.H * p.W <= 5 * p.cin_g(); }
+
 bool can_implement(Algo a, const Query& q) {
   const Problem& p = q.p;
   // A 1x1 input's tensors are dense N x C matrices in either layout; a 1x1 kernel's only
@@ -447,12 +466,18 @@ bool can_implement(Algo a, const Query& q) {
       // whole 16-byte chunks; NCHW grad_output (a channels-last one is read as it is).
       const int64_t kk = p.kh * p.kw;
       const int64_t big = int64_t(1) << 20;
-      return (q.want_gi || q.want_gw) && tensor_cores(q) && kk <= p.sh * p.sw &&
-             p.sh * p.sw > 1 && 2 * p.H * p.W * kk <= 3 * p.Ho * p.Wo && p.sh < big &&
+      return (q.want_gi || q.want_gw) && tensor_cores(q) &&
+             (gather_permutes(p) || gather_weight_sized(p)) && p.sh < big &&
              p.sw < big && p.ph < big && p.pw < big && p.dh < big && p.dw < big &&
              p.kh < (1 << 10) && p.kw < (1 << 10) && (p.Cout * kk) % 4 == 0 &&
              p.N <= 65535 && q.go_nchw && p.N * p.Cin * p.H * p.W > 0 &&
              p.cin_g() % chunk_elems(q.dt) == 0 && (p.cout_g() * kk) % chunk_elems(q.dt) == 0;
+    }
+    case Algo::kTapGatherCublas: {  // one group; the 1x1 problems' GEMMs within cuBLAS's ints
+      const int64_t lim = (int64_t(1) << 31) - 1, kk = p.kh * p.kw;
+      return can_implement(Algo::kTapGather, q) && q.cublas && p.groups == 1 &&
+             p.N * p.H * p.W * p.Cout * kk < lim && p.Cin * p.Cout * kk < lim &&
+             p.N * p.Cin * p.H * p.W < lim;
     }
     case Algo::kStrided:
       return true;
@@ -639,13 +664,40 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   if (forced == Algo::kStrided) return Algo::kStrided;
   if (!can_implement(Algo::kTapGather, q)) return Algo::kStrided;
   if (forced == Algo::kTapGather) return Algo::kTapGather;
+  const Problem& p = q.p;
+  if (forced == Algo::kTapGatherCublas)
+    return can_implement(Algo::kTapGatherCublas, q) ? Algo::kTapGatherCublas : Algo::kTapGather;
+  if (!gather_permutes(p)) {
+    // Overlapping taps: the gather is an im2col of grad_output (as large as the weight times
+    // pixels / input channels), worth it where the weight dominates the bytes (tuning seed 1,
+    // 40 such layers + 8 zoo layers, NCHW, x fp32 / bf16, whole backward). Not where the
+    // strided problem is one dense GEMM already (a 1x1 input without padding: 1.7-3.3x slower).
+    if (dense_gemm_shape(p)) return Algo::kStrided;
+    // - cuBLAS on the gathered 1x1 problems where the weight is large (4M+ elements) and the
+    //   gathered operand small against it: 1/16 of it (fp32, whose cuBLAS GEMM runs at IEEE
+    //   precision), up to 2.5x (16-bit) with at most 64K gathered columns (longer reductions:
+    //   cuBLAS 3.4x slower on a k16 s4 layer). Every such layer won: strided 1.2-4.2x its
+    //   time, e.g. pix2pix's 1024 -> 512 on 2x2 images fp32 232 -> 87 us, 512 -> 768 k9 s3 on
+    //   14x64 bf16 1174 -> 296 us; with smaller weights it won on some layers and lost up to
+    //   2.3x on others (cuBLAS's small GEMMs), so those stay on the kernels.
+    // - else the tensor-core kernels on the gathered problem where its pixels are at most
+    //   half the input channels (per group): strided took 0.52-1.15x its time, geomean ~0.83
+    //   (and ~0.9 on a validation seed); with more pixels the gather lost (up to 4x). Measured
+    //   with 32+ input channels and 128+ gathered channels (Cout/groups x taps) per group.
+    const int64_t pix = p.N * p.H * p.W, kk = p.kh * p.kw;
+    const bool sixteen = q.dt == DType::kHalf || q.dt == DType::kBFloat16;
+    if (can_implement(Algo::kTapGatherCublas, q) && p.Cin * p.Cout * kk >= (int64_t(1) << 22) &&
+        (16 * pix <= p.Cin || (sixteen && 2 * pix <= 5 * p.Cin && p.Cout * kk <= 65536)))
+      return Algo::kTapGatherCublas;
+    return 2 * pix <= p.cin_g() && p.cin_g() >= 32 && p.cout_g() * kk >= 128 ? Algo::kTapGather
+                                                                          : Algo::kStrided;
+  }
   // Kernel == stride (the gather copies all of grad_output) on images of at most 256 pixels
   // with 32+ input channels: the strided problem's one channels-last copy measured faster
   // (tuning seed 1, 60 kernel <= stride layers x fp32 / bf16: on the 8 such layers strided
   // took 0.54-1.02x the gather's time, geomean 0.87, e.g. 32 -> 384 k4 s4 on 16x16 bf16
   // 349 -> 190 us; on larger images, fewer channels or kernels smaller than the stride the
   // gather won, up to 2.9x).
-  const Problem& p = q.p;
   if (p.kh == p.sh && p.kw == p.sw && p.H * p.W <= 256 && p.Cin >= 32) return Algo::kStrided;
   return Algo::kTapGather;
 }
@@ -659,11 +711,12 @@ static Algo plan_grad_input_uncached(const Query& q, Algo forced) {
       can_implement(forced, q))
     return forced;
   // Exactly one dense GEMM: cuBLAS where prefer_cublas (as the forward).
-  // Not the backward's tap-gathered 1x1 problem: 16-bit cuBLAS there won on most of the
-  // tuning layers but measured once 2x slower on the U-Net suite row (0.157-0.159 ms in three
-  // runs, 0.387 in a fourth; docs/perf-log.md), unexplained, so it stays on the kernels.
-  if (!q.tap_gathered && can_implement(Algo::kDgradCublasGemm, q) &&
-      prefer_cublas(Pass::kGradInput, q))
+  // The backward's tap-gathered 1x1 problem only where the transform chose cuBLAS for it
+  // (kTapGatherCublas: overlapping taps, a large weight): prefer_cublas's rule for it (16-bit,
+  // kernel <= stride) measured once 2x slower on the U-Net suite row (0.157-0.159 ms in three
+  // runs, 0.387 in a fourth; docs/perf-log.md), unexplained, so that stays on the kernels.
+  if (can_implement(Algo::kDgradCublasGemm, q) &&
+      (q.tap_gathered ? q.tap_cublas : prefer_cublas(Pass::kGradInput, q)))
     return Algo::kDgradCublasGemm;
   // One input channel per group and at most 8 outputs per group: the depthwise kernel
   // (grad_output read once per tap, in grad_input's memory order). With more outputs per
@@ -707,9 +760,9 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
       can_implement(forced, q))
     return forced;
   // Exactly one dense GEMM: cuBLAS where prefer_cublas (as the forward).
-  // (Not the tap-gathered problem: plan_grad_input.)
-  if (!q.tap_gathered && can_implement(Algo::kWgradCublasGemm, q) &&
-      prefer_cublas(Pass::kGradWeight, q))
+  // (The tap-gathered problem: as plan_grad_input.)
+  if (can_implement(Algo::kWgradCublasGemm, q) &&
+      (q.tap_gathered ? q.tap_cublas : prefer_cublas(Pass::kGradWeight, q)))
     return Algo::kWgradCublasGemm;
   // One input channel per group: the depthwise kernel reads x and grad_output once, in
   // grad_output's memory order (channels or pixels fastest).
@@ -752,8 +805,8 @@ PlanKey plan_key(Pass pass, const Query& q, Algo forced) {
   const Problem& p = q.p;
   const bool flags[] = {q.sm80,    q.wgmma,   q.x_nchw,   q.x_cl,         q.x_unit_w,
                         q.out_nchw, q.out_cl, q.bias,     q.go_nchw,      q.go_cl,
-                        q.go_unit_w, q.want_gi, q.want_gw, q.tap_gathered, q.cublas,
-                        q.cublas_fp32_out};
+                        q.go_unit_w, q.want_gi, q.want_gw, q.tap_gathered, q.tap_cublas,
+                        q.cublas,   q.cublas_fp32_out};
   int64_t bits = 0;
   for (bool f : flags) bits = bits * 2 + (f ? 1 : 0);
   return {p.N,  p.Cin, p.H,  p.W,  p.Cout, p.Ho,  p.Wo,         p.kh,         p.kw,

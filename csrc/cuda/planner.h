@@ -33,6 +33,7 @@ struct Query {
   bool go_unit_w = false;  // grad_output.stride(3) == 1
   bool want_gi = false, want_gw = false;
   bool tap_gathered = false;  // the 1x1 problem of the backward's tap gather
+  bool tap_cublas = false;    // ... on cuBLAS (the transform kTapGatherCublas)
   // cuBLAS may run the call: not under torch's deterministic mode (its workspace alert), and
   // for fp32 with TF32 off only where torch's matmul precision keeps cuBLAS at IEEE fp32.
   bool cublas = false;

@@ -169,15 +169,16 @@ cudaError_t run(const void* src, void* dst, int64_t N, int64_t C, int64_t HW, cu
   return cudaGetLastError();
 }
 
-// Tap gather of grad_output for the backward with no more taps than stride phases
-// (kh*kw <= sh*sw): dst[n][y][x][c*kk + ky*kw + kx] = gout[n][c][y*sh - ph + ky*dh]
-// [x*sw - pw + kx*dw] (zero outside), channels-last with C2 = Cout*kk channels, so both
-// gradients become 1x1 problems over C2 channels. A block gathers 64 pixels x of one row y
-// and 64 channels c2: a per-channel table (row offset, column offset) first, then 16 reads
-// per thread with lanes along x (stride sw; the other taps of the same columns hit L1),
-// and the tile leaves as 4-channel vectors (store_tile_c4).
+// Tap gather of grad_output for the backward: dst[n][y][x][c*kk + ky*kw + kx] =
+// gout[n][c][y*sh - ph + ky*dh][x*sw - pw + kx*dw] (zero outside), channels-last with
+// C2 = Cout*kk channels, so both gradients become 1x1 problems over C2 channels (no more taps
+// than stride phases: a permutation of grad_output; overlapping taps: its im2col). A block
+// gathers 64 pixels of one image (flattened y*W + x, so that small images fill the tile)
+// and 64 channels c2: a per-channel table (channel plane, row and column offsets) first,
+// then 16 reads per thread with lanes along the pixels (stride sw within a row; the other
+// taps of the same columns hit L1), and the tile leaves as 4-channel vectors (store_tile_c4).
 struct TapGatherArgs {
-  int64_t Cout, Ho, Wo, H, W, C2, xtiles;
+  int64_t Cout, Ho, Wo, HW, C2, W;
   int kk, kw, sh, sw, ph, pw, dh, dw;
 };
 
@@ -185,52 +186,53 @@ template <typename U>
 __global__ void __launch_bounds__(256) tap_gather_kernel(const U* __restrict__ src,
                                                          U* __restrict__ dst, TapGatherArgs a) {
   __shared__ U tile[kTile][kTile + 2];
-  __shared__ int64_t rowoff[kTile];
-  __shared__ int coloff[kTile];
-  const int64_t n = blockIdx.z;
-  const int64_t y = blockIdx.x / a.xtiles, x0 = (blockIdx.x % a.xtiles) * kTile;
+  __shared__ int64_t plane[kTile];
+  __shared__ int rowoff[kTile], coloff[kTile];
+  const int64_t n = blockIdx.z, p0 = int64_t(blockIdx.x) * kTile;
   const int64_t c0 = int64_t(blockIdx.y) * kTile;
-  const int pr = int(a.W - x0 < kTile ? a.W - x0 : kTile);
+  const int pr = int(a.HW - p0 < kTile ? a.HW - p0 : kTile);
   const int cr = int(a.C2 - c0 < kTile ? a.C2 - c0 : kTile);  // a multiple of 4
   if (threadIdx.x < kTile) {
     const int c = threadIdx.x;
-    int64_t off = -1;
-    int cx = 0;
+    int64_t pl = -1;
+    int ry = 0, cx = 0;
     if (c < cr) {
       const int64_t cc = c0 + c, co = cc / a.kk;
       const int t = int(cc - co * a.kk), ky = t / a.kw, kx = t - ky * a.kw;
-      const int64_t iy = y * a.sh - a.ph + int64_t(ky) * a.dh;
-      if (iy >= 0 && iy < a.Ho) off = ((n * a.Cout + co) * a.Ho + iy) * a.Wo;
+      pl = (n * a.Cout + co) * a.Ho * a.Wo;
+      ry = ky * a.dh - a.ph;
       cx = kx * a.dw - a.pw;
     }
-    rowoff[c] = off;
+    plane[c] = pl;
+    rowoff[c] = ry;
     coloff[c] = cx;
   }
   __syncthreads();
   const int q = threadIdx.x & (kTile - 1), cb = threadIdx.x >> 6;  // 4 channel rows per pass
-  const int64_t xs = (x0 + q) * a.sw;
+  const int64_t pix = p0 + q, y = pix / a.W, ys = y * a.sh, xs = (pix - y * a.W) * a.sw;
   U v[kTile / 4];
 #pragma unroll
   for (int it = 0; it < kTile / 4; ++it) {
     const int c = cb + 4 * it;
-    const int64_t off = rowoff[c], ix = xs + coloff[c];
-    v[it] = (q < pr && off >= 0 && ix >= 0 && ix < a.Wo) ? src[off + ix] : U(0);
+    const int64_t pl = plane[c], iy = ys + rowoff[c], ix = xs + coloff[c];
+    v[it] = (q < pr && pl >= 0 && iy >= 0 && iy < a.Ho && ix >= 0 && ix < a.Wo)
+                ? src[pl + iy * a.Wo + ix]
+                : U(0);
   }
 #pragma unroll
   for (int it = 0; it < kTile / 4; ++it) tile[cb + 4 * it][q] = v[it];
   __syncthreads();
-  store_tile_c4<U>(tile, dst + ((n * a.H + y) * a.W + x0) * a.C2 + c0, a.C2, pr, cr);
+  store_tile_c4<U>(tile, dst + (n * a.HW + p0) * a.C2 + c0, a.C2, pr, cr);
 }
 
 template <typename U>
 cudaError_t run_tap_gather(const void* src, void* dst, const Problem& p, cudaStream_t st) {
   TapGatherArgs a;
-  a.Cout = p.Cout; a.Ho = p.Ho; a.Wo = p.Wo; a.H = p.H; a.W = p.W;
+  a.Cout = p.Cout; a.Ho = p.Ho; a.Wo = p.Wo; a.HW = p.H * p.W; a.W = p.W;
   a.kk = int(p.kh * p.kw); a.kw = int(p.kw); a.C2 = p.Cout * a.kk;
   a.sh = int(p.sh); a.sw = int(p.sw); a.ph = int(p.ph); a.pw = int(p.pw);
   a.dh = int(p.dh); a.dw = int(p.dw);
-  a.xtiles = (p.W + kTile - 1) / kTile;
-  const int64_t gx = p.H * a.xtiles, gy = (a.C2 + kTile - 1) / kTile;
+  const int64_t gx = (a.HW + kTile - 1) / kTile, gy = (a.C2 + kTile - 1) / kTile;
   constexpr uintptr_t va = 4 * sizeof(U);
   if (a.C2 % 4 || gx > 0x7fffffffLL || gy > 65535 || p.N > 65535 ||
       reinterpret_cast<uintptr_t>(dst) % va)

@@ -1446,8 +1446,9 @@ _GATHER_OVERLAP_CFGS = [
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-ieee"])
 @pytest.mark.parametrize("cfg", _GATHER_CFGS + _GATHER_OVERLAP_CFGS, ids=lambda c: c.id())
 def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
-    """Backward of shapes with no more taps than stride phases, NCHW grad_output, runs the tap
-    gather and the 1x1 kernels, and every gradient matches the float64 reference (x
+    """Backward with NCHW grad_output, forced through the tap gather (no more taps than stride
+    phases, or overlapping taps on few pixels: an im2col), runs the gather and the 1x1 kernels,
+    and every gradient matches the float64 reference (x
     channels-last too; the gradients keep torch's layouts, which check() compares). A
     channels-last grad_output (as autograd gives for channels-last x) keeps the strided path,
     which reads it without a copy. The gather is forced (bwd:tap_gather): the planner declines it
@@ -1476,20 +1477,25 @@ def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
         check(x, w, b, cfg.kwargs(), backward=True, what=f"gather {dtype} {layout} ")
 
 
-def _masked_backward_check(cfg, x, w, dt, what):
-    """Each gradient alone (output_mask with one of grad_input / grad_weight) against the
-    float64 reference, on poisoned memory."""
+def _masked_backward_check(cfg, x, w, gy, what, ran, masks=("gi", "gw")):
+    """The backward op with grad_output gy and output_mask asking for grad_input alone ("gi"),
+    grad_weight alone ("gw") or both ("both"), on poisoned memory: each gradient against the
+    float64 reference, and each call ran the algorithms `ran` ({pass: name})."""
     k = cfg.kwargs()
     args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
             list(k["dilation"])]
-    gy = torch.randn(cfg.out_shape(), device="cuda", dtype=dt)
     xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     ref = torch.autograd.grad(F.conv_transpose2d(xr, wr, None, **k), [xr, wr], gy.double())
-    for i, mask in ((0, [True, False, False]), (1, [False, True, False])):
+    want = {"gi": (0,), "gw": (1,), "both": (0, 1)}
+    for m in masks:
+        mask = [0 in want[m], 1 in want[m], False]
         poison("cuda", 4 * (x.numel() + w.numel() + gy.numel()) * x.element_size())
-        g = torch.ops.convt2d.backward(gy, x, w, *args, mask)[i]
-        assert_close(g, ref[i].to(g.device), dt, x.device,
-                     f"{what}{('grad_input', 'grad_weight')[i]} alone")
+        out = torch.ops.convt2d.backward(gy, x, w, *args, mask)
+        for i in want[m]:
+            assert_close(out[i], ref[i].to(out[i].device), x.dtype, x.device,
+                         f"{what}{('grad_input', 'grad_weight')[i]} ({m})")
+        for p in ["bwd"] + [("dgrad", "wgrad")[i] for i in want[m]]:
+            assert _ran(p) == ran[p], (m, p, convt2d.last_algorithms())
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -1513,7 +1519,10 @@ def test_backward_tap_gather_cublas(cfg, dtype, layout, monkeypatch):
         assert _ran("bwd") == "tap_gather_cublas", convt2d.last_algorithms()
         assert _ran("dgrad") == "cublas_gemm" and _ran("wgrad") == "cublas_gemm", \
             convt2d.last_algorithms()
-        _masked_backward_check(cfg, x, w, dt, f"gather cuBLAS {dtype} {layout} ")
+        gy = torch.randn(cfg.out_shape(), device="cuda", dtype=dt)  # NCHW: gathered
+        _masked_backward_check(cfg, x, w, gy, f"gather cuBLAS {dtype} {layout} ",
+                               {"bwd": "tap_gather_cublas", "dgrad": "cublas_gemm",
+                                "wgrad": "cublas_gemm"})
 
 
 def test_tap_gather_overlap_planned(monkeypatch):
@@ -1919,7 +1928,14 @@ def test_cublas_gemm_forced(cfg, dtype, layout, monkeypatch):
         torch.ops.convt2d.backward(gy, x, w, list(k["stride"]), list(k["padding"]),
                                    list(k["output_padding"]), k["groups"], list(k["dilation"]),
                                    [True, True, False])
-    assert (_ran("dgrad"), _ran("wgrad")) == ("cublas_gemm",) * 2, convt2d.last_algorithms()
+        assert (_ran("dgrad"), _ran("wgrad")) == ("cublas_gemm",) * 2, convt2d.last_algorithms()
+        # grad_output channels-last with NCHW x (and the reverse): one GEMM over all pixels
+        # with grad_input permuted / x copied, or the per-image GEMMs
+        gy2 = gy.contiguous(memory_format=torch.channels_last
+                            if layout == "nchw" else torch.contiguous_format)
+        _masked_backward_check(cfg, x, w, gy2, f"cublas mixed layouts {layout} {dtype} ",
+                               {"bwd": "strided", "dgrad": "cublas_gemm",
+                                "wgrad": "cublas_gemm"}, masks=("gi", "gw", "both"))
 
 
 def test_cublas_gemm_planned_and_declined(monkeypatch):

@@ -459,15 +459,16 @@ bool can_implement(Algo a, const Query& q) {
     case Algo::kWgradDirect:  // some weight elements and pixels (else the glue zero-fills)
       return p.N * p.H * p.W > 0 && p.Cin * p.cout_g() * p.kh * p.kw > 0;
     case Algo::kTapGather: {
-      // No more taps than stride phases, and at most 1.5x as many gathered elements as
-      // grad_output has (heavy padding can make it many times more; a little over 1x, from
-      // cropped edge taps, still gains); strides, paddings, dilations below 2^20 and kernel
-      // sizes below 2^10 (the gather kernel's 32-bit ints); the 1x1 problems' channels in
-      // whole 16-byte chunks; NCHW grad_output (a channels-last one is read as it is).
+      // A permutation of grad_output (gather_permutes), or with overlapping taps an im2col no
+      // larger than 2.5x the weight (gather_weight_sized); strides, paddings, dilations below
+      // 2^20 and kernel sizes below 2^10 (the gather kernel's 32-bit ints); the 1x1 problems'
+      // channels in whole 16-byte chunks; NCHW grad_output (a channels-last one is read as it
+      // is by the strided problem).
       const int64_t kk = p.kh * p.kw;
       const int64_t big = int64_t(1) << 20;
       return (q.want_gi || q.want_gw) && tensor_cores(q) &&
-             (gather_permutes(p) || gather_weight_sized(p)) && p.sh < big &&
+             (gather_permutes(p) || (kk > p.sh * p.sw && gather_weight_sized(p))) &&
+             p.sh < big &&
              p.sw < big && p.ph < big && p.pw < big && p.dh < big && p.dw < big &&
              p.kh < (1 << 10) && p.kw < (1 << 10) && (p.Cout * kk) % 4 == 0 &&
              p.N <= 65535 && q.go_nchw && p.N * p.Cin * p.H * p.W > 0 &&
@@ -665,9 +666,9 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   if (!can_implement(Algo::kTapGather, q)) return Algo::kStrided;
   if (forced == Algo::kTapGather) return Algo::kTapGather;
   const Problem& p = q.p;
-  if (forced == Algo::kTapGatherCublas)
-    return can_implement(Algo::kTapGatherCublas, q) ? Algo::kTapGatherCublas : Algo::kTapGather;
-  if (!gather_permutes(p)) {
+  if (forced == Algo::kTapGatherCublas && can_implement(Algo::kTapGatherCublas, q))
+    return Algo::kTapGatherCublas;
+  if (!gather_permutes(p)) {  // (so overlapping taps: can_implement)
     // Overlapping taps: the gather is an im2col of grad_output (as large as the weight times
     // pixels / input channels), worth it where the weight dominates the bytes (tuning seed 1,
     // 40 such layers + 8 zoo layers, NCHW, x fp32 / bf16, whole backward). Not where the

@@ -63,8 +63,9 @@ std::vector<Algo> plan_forward(const Query& q, Algo forced);
 // The forward candidates autotune times besides the plan's first choice.
 std::vector<Algo> forward_candidates(const Query& q);
 
-// The backward's problem transform: kTapGather where grad_output gathered per tap makes
-// both gradients 1x1 problems, else kStrided.
+// The backward's problem transform: kTapGather where grad_output gathered per tap (a
+// permutation of it, or with overlapping taps an im2col) makes both gradients 1x1 problems,
+// kTapGatherCublas where those then run on cuBLAS, else kStrided.
 Algo plan_backward_transform(const Query& q, Algo forced);
 
 // grad_input (query: the problem the gradients run on, after the transform).

@@ -714,8 +714,9 @@ static Algo plan_grad_input_uncached(const Query& q, Algo forced) {
   // Exactly one dense GEMM: cuBLAS where prefer_cublas (as the forward).
   // The backward's tap-gathered 1x1 problem only where the transform chose cuBLAS for it
   // (kTapGatherCublas: overlapping taps, a large weight): prefer_cublas's rule for it (16-bit,
-  // kernel <= stride) measured once 2x slower on the U-Net suite row (0.157-0.159 ms in three
-  // runs, 0.387 in a fourth; docs/perf-log.md), unexplained, so that stays on the kernels.
+  // kernel <= stride) measured once 2x slower on a U-Net decoder layer (256 -> 128 k2 s2 on
+  // 64x64 images, batch 16: 0.157-0.159 ms in three runs, 0.387 in a fourth; docs/perf-log.md),
+  // unexplained, so that stays on the kernels.
   if (can_implement(Algo::kDgradCublasGemm, q) &&
       (q.tap_gathered ? q.tap_cublas : prefer_cublas(Pass::kGradInput, q)))
     return Algo::kDgradCublasGemm;

@@ -18,7 +18,7 @@ const char* const kAlgoNames[] = {  // in Algo's order
     "implicit_gemm", "implicit_gemm_mma", "implicit_gemm_wgmma", "implicit_gemm_wgmma_ws",
     "implicit_gemm_halo", "implicit_gemm_simt",
     // grad_input
-    "direct", "implicit_gemm_padded", "depthwise", "cublas_gemm",
+    "direct", "implicit_gemm_padded", "depthwise", "depthwise_tiled", "cublas_gemm",
     // grad_weight
     "wgmma_nchw", "tensorop", "simt", "direct", "tensorop_padded", "depthwise", "cublas_gemm",
     // backward transform; CPU

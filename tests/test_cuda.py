@@ -1801,12 +1801,17 @@ def test_depthwise_runs_its_kernels_by_default(monkeypatch):
                 assert not {"direct", "depthwise"} & set(got), convt2d.last_algorithms()
 
 
-# The depthwise kernels (forward/depthwise.cu, grad_input/dgrad_depthwise.cu,
-# grad_weight/wgrad_depthwise.cu): plain
+# The depthwise kernels (forward/depthwise.cu and grad_input/dgrad_depthwise_tiled.cu on the
+# tiled kernel of common/depthwise_tiled.cu; grad_input/dgrad_depthwise.cu, a thread per
+# element; grad_weight/wgrad_depthwise.cu): plain
 # depthwise (CenterNet-style k=4 s=2, k=3 s=1, k=5 s=2 with 96 channels: 3 warps of channels),
 # a channel multiplier (2 outputs per input channel), one input channel to 5 outputs,
 # dilation with stride (taps every sh / gcd(sh, dh) rows), output padding, padding that crops
-# taps, a tap reach beyond the image, a 1x1 image, k=16 s=8 (more taps than one register pass).
+# taps, a tap reach beyond the image, a 1x1 image, k=16 s=8 (more taps than one register pass);
+# planes of several tiles in both dimensions (24 channels: a partial channel group of 32 where
+# channels-last), stride 2 on several tiles with more items than one pass of the block (NCHW:
+# outputs staged per tile), a dilated k=9 (no register window) and a k=16 (16 taps a row: two
+# register windows) whose channels-last tiles need more than 48 KB of shared memory.
 _DEPTHWISE_CFGS = [
     Cfg(2, 16, 16, 9, 11, k=4, stride=2, padding=1, groups=16, bias=True),
     Cfg(3, 40, 40, 7, 6, k=3, stride=1, padding=1, groups=40, bias=False),
@@ -1817,14 +1822,19 @@ _DEPTHWISE_CFGS = [
     Cfg(1, 8, 8, 1, 1, k=3, stride=3, groups=8, bias=True),
     Cfg(2, 4, 4, 3, 70, k=(1, 9), stride=(1, 4), padding=(0, 4), groups=4),
     Cfg(2, 8, 8, 4, 3, k=16, stride=8, padding=4, groups=8, bias=True),
+    Cfg(2, 24, 24, 150, 37, k=5, stride=1, padding=2, groups=24),
+    Cfg(2, 8, 8, 40, 90, k=4, stride=2, padding=1, groups=8, bias=True),
+    Cfg(2, 40, 40, 12, 20, k=9, dilation=2, padding=8, groups=40),
+    Cfg(2, 40, 40, 12, 20, k=16, padding=3, groups=40, bias=True),
 ]
 
 
+@pytest.mark.parametrize("dgrad", ["depthwise", "depthwise_tiled"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp64"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _DEPTHWISE_CFGS, ids=lambda c: c.id())
-def test_depthwise_forced(cfg, dtype, layout, monkeypatch):
-    _algo(monkeypatch, "fwd:depthwise,dgrad:depthwise,wgrad:depthwise,bwd:strided")
+def test_depthwise_forced(cfg, dtype, layout, dgrad, monkeypatch):
+    _algo(monkeypatch, f"fwd:depthwise,dgrad:{dgrad},wgrad:depthwise,bwd:strided")
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
           "fp64": torch.float64}[dtype]
     x, w, b = cfg.make(dt, "cuda")
@@ -1833,8 +1843,21 @@ def test_depthwise_forced(cfg, dtype, layout, monkeypatch):
     check(x, w, b, cfg.kwargs(), what=f"depthwise {layout} {dtype} ")
     assert _ran("fwd") == "depthwise", convt2d.last_algorithms()
     _backward_here(cfg, x, w, [True, True, False])
-    assert _ran("dgrad") == "depthwise" and _ran("wgrad") == "depthwise", \
-        convt2d.last_algorithms()
+    assert _ran("dgrad") == dgrad and _ran("wgrad") == "depthwise", convt2d.last_algorithms()
+
+
+def test_depthwise_declines_what_it_cannot_stage(monkeypatch):
+    """A depthwise layer whose staged region cannot fit shared memory even for the smallest
+    tile (a 3-tap row dilated by 40000) is not taken by the tiled depthwise kernels, forced or
+    not, and another kernel computes it correctly."""
+    cfg = Cfg(1, 4, 4, 1, 2, k=(1, 3), dilation=(1, 40000), groups=4, bias=True)
+    for forced in (None, "fwd:depthwise,dgrad:depthwise_tiled"):
+        _algo(monkeypatch, forced)
+        x, w, b = cfg.make(torch.float32, "cuda")
+        check(x, w, b, cfg.kwargs(), what=f"undecided depthwise {forced} ")
+        assert _ran("fwd") != "depthwise", convt2d.last_algorithms()
+        _backward_here(cfg, x, w, [True, False, False])
+        assert _ran("dgrad") != "depthwise_tiled", convt2d.last_algorithms()
 
 
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])

@@ -38,7 +38,8 @@ enum class Algo : int {
   // grad_input only
   kDgradDirect,         // grad_input/dgrad_direct.cu: few channels per group, CUDA cores
   kDgradPadded,         // implicit GEMM on tensor cores, Cout/groups zero-padded to 16-byte chunks
-  kDgradDepthwise,      // grad_input/dgrad_depthwise.cu: one input channel per group
+  kDgradDepthwise,      // grad_input/dgrad_depthwise.cu: one input channel per group, a thread per element
+  kDgradDepthwiseTiled, // grad_input/dgrad_depthwise_tiled.cu: the same, planes staged per tile
   kDgradCublasGemm,     // dense-GEMM shapes: one cuBLAS GEMM through torch
   // grad_weight
   kWgradWgmmaNchw,      // grad_weight/wgrad_nchw_sm90.cu: fp32 from the NCHW tensors

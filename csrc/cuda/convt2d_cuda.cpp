@@ -288,13 +288,6 @@ int autotune(const std::string& key, const std::vector<Candidate>& cands,
   return best;
 }
 
-// The depthwise kernels' weight ([Cin][Cout/groups][kh][kw] with Cin == groups, i.e.
-// [Cout][kh*kw]): contiguous, or transposed to [kh*kw][Cout] for a channels-fastest walk.
-at::Tensor depthwise_weight(const at::Tensor& w, const Problem& p, bool chan_last) {
-  if (!chan_last) return w.contiguous();
-  return w.reshape({p.Cout, p.kh * p.kw}).t().contiguous();
-}
-
 // The planner's query for a call: problem, number format, device, layouts.
 cuda::Query make_query(const Problem& p, DType dt, MathMode math) {
   cuda::Query q;
@@ -553,9 +546,9 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
         cuda::cublas_forward_scatter(input, weight, b, out, p, dt);
         return true;
       case Algo::kFwdDepthwise: {
-        // Channels-last output: walked channels fastest, the weight as [kh*kw][Cout].
+        // Channels-last output: a lane per channel. The weight [Cout][kh*kw] contiguous.
         const bool cl = out.stride(1) == 1 && p.Cout > 1;
-        const at::Tensor w = depthwise_weight(weight, p, cl);
+        const at::Tensor w = weight.contiguous();
         const cudaError_t e = cuda::launch_depthwise_forward(direct_params(w), cl, dt, st);
         if (e == cudaErrorInvalidValue) return false;  // not taken, nothing launched
         check_launch(e, "depthwise forward");
@@ -702,16 +695,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
             cuda::cublas_grad_input(go, wv, gi, p);
             return;
           }
-          if (a == Algo::kDgradDepthwise) {
-            // Channels-last grad_input: walked channels fastest, the weight [kh*kw][Cout].
+          if (a == Algo::kDgradDepthwise || a == Algo::kDgradDepthwiseTiled) {
+            // Channels-last grad_input: walked channels fastest (a thread per element: the
+            // weight transposed to [kh*kw][Cout]) or a lane per channel (tiled: [Cout][kh*kw]).
             const bool cl = gi.stride(1) == 1 && p.Cin > 1;
-            const at::Tensor wd = depthwise_weight(wv, p, cl);
+            const bool tiled = a == Algo::kDgradDepthwiseTiled;
+            const at::Tensor wd = cl && !tiled
+                                      ? wv.reshape({p.Cout, p.kh * p.kw}).t().contiguous()
+                                      : wv.contiguous();
             cuda::DirectGradParams dp;
             dp.p = p;
             dp.gout = ref(go);
             dp.gin = ref(gi);
             dp.w = wd.data_ptr();
-            check_launch(cuda::launch_dgrad_depthwise(dp, cl, dt, st), "grad_input (depthwise)");
+            check_launch(tiled ? cuda::launch_dgrad_depthwise_tiled(dp, cl, dt, st)
+                               : cuda::launch_dgrad_depthwise(dp, cl, dt, st),
+                         "grad_input (depthwise)");
             return;
           }
           if (a == Algo::kDgradDirect) {

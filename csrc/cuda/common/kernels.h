@@ -242,12 +242,11 @@ bool tc_wgrad_km_supported(const WgradParams& prm, DType dt);
 TcWgradPlan tc_wgrad_km_plan(const Problem& p, int num_sms);
 cudaError_t launch_tc_wgrad_km(const WgradParams& prm, MathMode math, cudaStream_t st);
 cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_t st);
-// Depthwise forward (forward/depthwise.cu; any dtype and strides): one input channel per
-// group (Cin/groups == 1), outputs under 2^31 elements, strides up to 32. chan_last: the walk
-// goes channels fastest (for a channels-last output) and w is the weight transposed to
-// [kh*kw][Cout]; else columns fastest, w [Cout][kh*kw] (the weight contiguous).
-// cudaErrorInvalidValue: not taken, nothing launched.
-bool depthwise_forward_supported(const Problem& p);
+// Depthwise forward (forward/depthwise.cu; any dtype): one input channel per group
+// (Cin/groups == 1), strides up to 32, the staged region within shared memory (dw_plan).
+// chan_last: the output is channels-last (a lane per channel); w is the weight contiguous,
+// [Cout][kh*kw]. cudaErrorInvalidValue: not taken, nothing launched.
+bool depthwise_forward_supported(const Problem& p, DType dt, bool chan_last);
 cudaError_t launch_depthwise_forward(const DirectParams& prm, bool chan_last, DType dt,
                                      cudaStream_t st);
 // Narrow forward (forward/narrow_output.cu; fp32 / fp16 / bf16, fp32 FMA for all): 1..8 output
@@ -299,12 +298,18 @@ bool dgrad_direct_transposed_weight(const Problem& p, bool chan_last);
 // Input channels a thread of the direct grad_input kernel takes (before alignment).
 int dgrad_direct_cc(const Problem& p);
 cudaError_t launch_dgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st);
-// Depthwise grad_input (grad_input/dgrad_depthwise.cu; any dtype and strides): one input
-// channel per group, grad_input under 2^31 elements; chan_last and w as for the depthwise
-// forward (the walk over grad_input). cudaErrorInvalidValue: not taken, nothing launched.
+// Depthwise grad_input (any dtype and strides): one input channel per group. A thread per
+// element (grad_input/dgrad_depthwise.cu): grad_input under 2^31 elements; chan_last (grad_input
+// channels-last: channels fastest) with w the weight transposed to [kh*kw][Cout], else w
+// [Cout][kh*kw]. Tiled (grad_input/dgrad_depthwise_tiled.cu): the staged region within shared
+// memory (dw_plan), w [Cout][kh*kw] in either layout. cudaErrorInvalidValue: not taken, nothing
+// launched.
 bool dgrad_depthwise_supported(const Problem& p);
 cudaError_t launch_dgrad_depthwise(const DirectGradParams& prm, bool chan_last, DType dt,
                                    cudaStream_t st);
+bool dgrad_depthwise_tiled_supported(const Problem& p, DType dt, bool chan_last);
+cudaError_t launch_dgrad_depthwise_tiled(const DirectGradParams& prm, bool chan_last, DType dt,
+                                         cudaStream_t st);
 DirectWgradPlan wgrad_direct_plan(const Problem& p, DType dt, int num_sms);
 cudaError_t launch_wgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st);
 // Depthwise grad_weight (grad_weight/wgrad_depthwise.cu; any dtype and strides): one input

@@ -1807,11 +1807,13 @@ def test_depthwise_runs_its_kernels_by_default(monkeypatch):
 # depthwise (CenterNet-style k=4 s=2, k=3 s=1, k=5 s=2 with 96 channels: 3 warps of channels),
 # a channel multiplier (2 outputs per input channel), one input channel to 5 outputs,
 # dilation with stride (taps every sh / gcd(sh, dh) rows), output padding, padding that crops
-# taps, a tap reach beyond the image, a 1x1 image, k=16 s=8 (more taps than one register pass);
-# planes of several tiles in both dimensions (24 channels: a partial channel group of 32 where
-# channels-last), stride 2 on several tiles with more items than one pass of the block (NCHW:
-# outputs staged per tile), a dilated k=9 (no register window) and a k=16 (16 taps a row: two
-# register windows) whose channels-last tiles need more than 48 KB of shared memory.
+# taps, a tap reach beyond the image, a 1x1 image, k=16 s=8 (8 phases of 2 taps a row);
+# planes of several tiles in y (24 channels: a partial channel group of 32 where channels-last,
+# tiles in x too), an NCHW row of 3 tiles in x, stride 2 on several tiles with more items than
+# one pass of the block (NCHW: outputs staged per tile), a dilated k=9 (no register window) and a
+# k=16 (16 taps a row: two register windows) whose channels-last tiles need more than 48 KB of
+# shared memory, a large dilated kernel whose channels-last stage fits only with fewer channels
+# per block (8, or 1 in fp64).
 _DEPTHWISE_CFGS = [
     Cfg(2, 16, 16, 9, 11, k=4, stride=2, padding=1, groups=16, bias=True),
     Cfg(3, 40, 40, 7, 6, k=3, stride=1, padding=1, groups=40, bias=False),
@@ -1826,6 +1828,8 @@ _DEPTHWISE_CFGS = [
     Cfg(2, 8, 8, 40, 90, k=4, stride=2, padding=1, groups=8, bias=True),
     Cfg(2, 40, 40, 12, 20, k=9, dilation=2, padding=8, groups=40),
     Cfg(2, 40, 40, 12, 20, k=16, padding=3, groups=40, bias=True),
+    Cfg(1, 3, 3, 9, 300, k=3, padding=1, groups=3),
+    Cfg(1, 20, 40, 6, 8, k=(18, 13), dilation=(3, 6), groups=20),
 ]
 
 

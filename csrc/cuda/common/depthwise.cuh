@@ -176,30 +176,42 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
                 : dw_dim_dgrad(a.y, p.kh, p.sh, p.ph, p.dh, p.Ho, p.H) &&
                       dw_dim_dgrad(a.x, p.kw, p.sw, p.pw, p.dw, p.Wo, p.W);
   if (!ok) return false;
-  const int cb = chan_last ? (a.C > 16 ? 32 : 8) : 1;
-  const int il = kDwThreads / cb;
-  const int Py = a.y.P, Px = a.x.P;
-  a.stage = cb == 1;
-  const int V = dw_v(cb);
-  // Items (V outputs of one row and phase) per block: 4 per item lane; one where grad_input
-  // sums several planes per channel (m > 1), whose sums stay in registers across them.
-  const int64_t target = int64_t(il) * (a.mloop > 1 ? 1 : 4);
-  int64_t XL = std::min<int64_t>((a.x.nq + V - 1) / V, cb == 1 ? 16 : cb == 8 ? 8 : 4);
-  XL = std::max<int64_t>(XL, 1);
-  int64_t TQy = std::max<int64_t>(1, std::min<int64_t>(target / (Py * Px * XL), a.y.nq));
   const int64_t sy1 = a.y.span, sx1 = a.x.span;
-  int64_t smem = 0;
+  const int Py = a.y.P, Px = a.x.P;
+  // Channels-last: 32 (or, for 16 channels or fewer, 8) channels per block; where even the
+  // smallest such tile's stage (CB times a plane's) exceeds the device's shared memory (large
+  // dilated kernels), fewer channels per block, down to one (lanes along the row, as NCHW).
+  int cb = chan_last ? (a.C > 16 ? 32 : 8) : 1;
+  int64_t XL = 1, TQy = 1, smem = 0;
   for (;;) {
-    const int64_t TQx = XL * V;
-    const int64_t elems = dw_span(a.y, TQy, sy1) * dw_span(a.x, TQx, sx1) * cb +
-                          int64_t(a.kk) * cb + (a.stage ? TQy * Py * TQx * Px : 0);
-    smem = elems * acc_bytes;
-    if (smem <= kDwSmemBytes) break;
-    if (TQy > 1) TQy = (TQy + 1) / 2;
-    else if (XL > 1) XL = (XL + 1) / 2;
-    else if (smem <= dw_smem_optin()) break;
-    else return false;
+    const int il = kDwThreads / cb;
+    a.stage = cb == 1;
+    const int V = dw_v(cb);
+    // Items (V outputs of one row and phase) per block: 4 per item lane; one where grad_input
+    // sums several planes per channel (m > 1), whose sums stay in registers across them.
+    const int64_t target = int64_t(il) * (a.mloop > 1 ? 1 : 4);
+    XL = std::min<int64_t>((a.x.nq + V - 1) / V, cb == 1 ? 16 : cb == 8 ? 8 : 4);
+    XL = std::max<int64_t>(XL, 1);
+    TQy = std::max<int64_t>(1, std::min<int64_t>(target / (Py * Px * XL), a.y.nq));
+    bool fits = true;
+    for (;;) {
+      const int64_t TQx = XL * V;
+      const int64_t elems = dw_span(a.y, TQy, sy1) * dw_span(a.x, TQx, sx1) * cb +
+                            int64_t(a.kk) * cb + (a.stage ? TQy * Py * TQx * Px : 0);
+      smem = elems * acc_bytes;
+      if (smem <= kDwSmemBytes) break;
+      if (TQy > 1) TQy = (TQy + 1) / 2;
+      else if (XL > 1) XL = (XL + 1) / 2;
+      else {
+        fits = smem <= dw_smem_optin();
+        break;
+      }
+    }
+    if (fits) break;
+    if (cb == 1) return false;
+    cb = cb == 32 ? 8 : 1;
   }
+  const int V = dw_v(cb);
   a.XL = int(XL);
   a.y.TQ = int(TQy);
   a.x.TQ = int(XL * V);

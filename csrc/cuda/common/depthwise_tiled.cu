@@ -200,8 +200,10 @@ cudaError_t run(const DwArgs& a, const DwLaunch& l, cudaStream_t st) {
   auto kern = l.cb == 1 ? dw_tiled_kernel<T, 1> : l.cb == 8 ? dw_tiled_kernel<T, 8>
                                                              : dw_tiled_kernel<T, 32>;
   if (l.smem > size_t(kDwSmemBytes)) {  // the smallest tile of a large dilated kernel
-    const cudaError_t e =
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(l.smem));
+    // The device's limit, not this launch's size: a launch from another host thread between
+    // this set and this launch cannot lower it.
+    const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(dw_smem_optin()));
     if (e != cudaSuccess) return e;
   }
   kern<<<unsigned(l.blocks), l.threads, l.smem, st>>>(a);

@@ -722,12 +722,11 @@ static Algo plan_grad_input_uncached(const Query& q, Algo forced) {
   if (can_implement(Algo::kDgradCublasGemm, q) &&
       (q.tap_gathered ? q.tap_cublas : prefer_cublas(Pass::kGradInput, q)))
     return Algo::kDgradCublasGemm;
-  // One input channel per group and at most 8 outputs per group: the depthwise kernel
-  // (grad_output read once per tap, in grad_input's memory order). With more outputs per
-  // input channel (a single input channel to hundreds) its serial sum over them leaves the GPU
-  // latency-bound (one input channel to 512, k=4 s=2: 1.1 ms against 0.08 ms for cuDNN), and
-  // the cost model chooses below.
-  // At stride 1 the tiled kernel, which stages each grad_output plane's region once per tile
+  // One input channel per group and at most 8 outputs per group: the depthwise kernels. With
+  // more outputs per input channel (a single input channel to hundreds) their serial sum over
+  // them leaves the GPU latency-bound (one input channel to 512, k=4 s=2, a thread per element:
+  // 1.1 ms against 0.08 ms for cuDNN), and the cost model chooses below.
+  // At stride 1 the tiled one, which stages each grad_output plane's region once per tile
   // (tuning seed 1 + fixed depthwise layers, 14 stride-1 layers x fp32 / bf16: 0.98-4.0x faster
   // than a thread per element, e.g. k=5 on 56x56 images, 256 channels, batch 128: 4.0 -> 1.0
   // ms). Strided, the staged region is sh*sw times grad_input's, and where the kernel is no
@@ -736,6 +735,8 @@ static Algo plan_grad_input_uncached(const Query& q, Algo forced) {
   if (can_implement(Algo::kDgradDepthwiseTiled, q) && q.p.sh == 1 && q.p.sw == 1 &&
       q.p.cout_g() <= 8)
     return Algo::kDgradDepthwiseTiled;
+  // Strided: a thread per grad_input element (grad_output read once per tap, in grad_input's
+  // memory order).
   if (can_implement(Algo::kDgradDepthwise, q) && q.p.cout_g() <= 8) return Algo::kDgradDepthwise;
   // Cout/groups not in whole 16-byte chunks keeps the GEMM off tensor cores; padding the
   // channels with zeros (a copy of grad_output) puts it back on them.

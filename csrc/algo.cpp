@@ -20,7 +20,8 @@ const char* const kAlgoNames[] = {  // in Algo's order
     // grad_input
     "direct", "implicit_gemm_padded", "depthwise", "depthwise_tiled", "cublas_gemm",
     // grad_weight
-    "wgmma_nchw", "tensorop", "simt", "direct", "tensorop_padded", "depthwise", "cublas_gemm",
+    "wgmma_nchw", "tensorop", "simt", "direct", "tensorop_padded", "depthwise", "depthwise_tiled",
+    "cublas_gemm",
     // backward transform; CPU
     "tap_gather", "tap_gather_cublas", "strided", "avx2", "baseline"};
 

@@ -30,7 +30,8 @@ ALGOS = {
             "implicit_gemm_simt", "cublas_gemm"],
     "dgrad": ["implicit_gemm", "implicit_gemm_simt", "direct", "implicit_gemm_padded", "depthwise", "depthwise_tiled",
               "cublas_gemm"],
-    "wgrad": ["tensorop", "simt", "direct", "tensorop_padded", "wgmma_nchw", "depthwise", "cublas_gemm"],
+    "wgrad": ["tensorop", "simt", "direct", "tensorop_padded", "wgmma_nchw", "depthwise", "depthwise_tiled",
+              "cublas_gemm"],
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

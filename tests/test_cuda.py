@@ -1784,10 +1784,14 @@ def test_direct_gradients_deterministic(monkeypatch):
 
 def test_depthwise_runs_its_kernels_by_default(monkeypatch):
     """A depthwise k=4 s=2 upsampling layer runs the depthwise kernels in every pass, in
-    either layout; a dense 64-channel layer runs none of them."""
+    either layout (grad_weight the tiled one: its taps overlap), and a k=2 s=2 layer the
+    per-pixel grad_weight kernel (no grad_output element read twice); a dense 64-channel layer
+    runs none of them."""
     _algo(monkeypatch, None)
-    for cfg, want in [(Cfg(4, 64, 64, 16, 16, k=4, stride=2, padding=1, groups=64), True),
-                      (Cfg(4, 64, 64, 16, 16, k=3, stride=1, padding=1), False)]:
+    tiled = ("depthwise", "depthwise", "depthwise_tiled")
+    for cfg, want in [(Cfg(4, 64, 64, 16, 16, k=4, stride=2, padding=1, groups=64), tiled),
+                      (Cfg(4, 64, 64, 16, 16, k=2, stride=2, groups=64), ("depthwise",) * 3),
+                      (Cfg(4, 64, 64, 16, 16, k=3, stride=1, padding=1), None)]:
         for cl in (False, True):
             x, w, b = cfg.make(torch.bfloat16, "cuda")
             if cl:
@@ -1796,9 +1800,10 @@ def test_depthwise_runs_its_kernels_by_default(monkeypatch):
             _backward_here(cfg, x, w, [True, True, False])
             got = (_ran("fwd"), _ran("dgrad"), _ran("wgrad"))
             if want:
-                assert got == ("depthwise",) * 3, convt2d.last_algorithms()
+                assert got == want, convt2d.last_algorithms()
             else:
-                assert not {"direct", "depthwise"} & set(got), convt2d.last_algorithms()
+                assert not {"direct", "depthwise", "depthwise_tiled"} & set(got), \
+                    convt2d.last_algorithms()
 
 
 # The depthwise kernels (forward/depthwise.cu and grad_input/dgrad_depthwise_tiled.cu on the
@@ -1813,7 +1818,11 @@ def test_depthwise_runs_its_kernels_by_default(monkeypatch):
 # one pass of the block (NCHW: outputs staged per tile), a dilated k=9 (no register window) and a
 # k=16 (16 taps a row: two register windows) whose channels-last tiles need more than 48 KB of
 # shared memory, a large dilated kernel whose channels-last stage fits only with fewer channels
-# per block (8, or 1 in fp64).
+# per block (8, or 1 in fp64). For grad_weight's tiles (TN images x TY rows x TX columns of x,
+# taps in chunks of up to 4 or 8 columns and 32 / 16 taps): 3x5 planes of 9 images (a tile of
+# several images, the last partial), a k=7 with a channel multiplier (two chunks of tap rows;
+# four in fp64), dilation 2 with stride 2 (no register window), stride (3, 2) (a window two
+# apart per pixel); the k=16 and (18, 13) rows take several chunks of tap columns.
 _DEPTHWISE_CFGS = [
     Cfg(2, 16, 16, 9, 11, k=4, stride=2, padding=1, groups=16, bias=True),
     Cfg(3, 40, 40, 7, 6, k=3, stride=1, padding=1, groups=40, bias=False),
@@ -1830,15 +1839,22 @@ _DEPTHWISE_CFGS = [
     Cfg(2, 40, 40, 12, 20, k=16, padding=3, groups=40, bias=True),
     Cfg(1, 3, 3, 9, 300, k=3, padding=1, groups=3),
     Cfg(1, 20, 40, 6, 8, k=(18, 13), dilation=(3, 6), groups=20),
+    Cfg(9, 24, 24, 3, 5, k=3, padding=1, groups=24),
+    Cfg(2, 48, 96, 17, 23, k=7, padding=3, groups=48, bias=True),
+    Cfg(3, 36, 36, 10, 13, k=3, stride=2, dilation=2, padding=2, groups=36),
+    Cfg(2, 20, 20, 9, 11, k=(2, 5), stride=(3, 2), groups=20),
 ]
 
 
-@pytest.mark.parametrize("dgrad", ["depthwise", "depthwise_tiled"])
+@pytest.mark.parametrize("kernels", ["depthwise", "depthwise_tiled"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp64"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("cfg", _DEPTHWISE_CFGS, ids=lambda c: c.id())
-def test_depthwise_forced(cfg, dtype, layout, dgrad, monkeypatch):
-    _algo(monkeypatch, f"fwd:depthwise,dgrad:{dgrad},wgrad:depthwise,bwd:strided")
+def test_depthwise_forced(cfg, dtype, layout, kernels, monkeypatch):
+    """Each backward depthwise kernel pair forced (grad_input and grad_weight: the thread per
+    element / pixel kernels, or the tiled ones), with the tiled forward."""
+    dgrad = wgrad = kernels
+    _algo(monkeypatch, f"fwd:depthwise,dgrad:{dgrad},wgrad:{wgrad},bwd:strided")
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
           "fp64": torch.float64}[dtype]
     x, w, b = cfg.make(dt, "cuda")
@@ -1847,7 +1863,7 @@ def test_depthwise_forced(cfg, dtype, layout, dgrad, monkeypatch):
     check(x, w, b, cfg.kwargs(), what=f"depthwise {layout} {dtype} ")
     assert _ran("fwd") == "depthwise", convt2d.last_algorithms()
     _backward_here(cfg, x, w, [True, True, False])
-    assert _ran("dgrad") == dgrad and _ran("wgrad") == "depthwise", convt2d.last_algorithms()
+    assert _ran("dgrad") == dgrad and _ran("wgrad") == wgrad, convt2d.last_algorithms()
 
 
 def test_depthwise_declines_what_it_cannot_stage(monkeypatch):
@@ -1864,10 +1880,12 @@ def test_depthwise_declines_what_it_cannot_stage(monkeypatch):
         assert _ran("dgrad") != "depthwise_tiled", convt2d.last_algorithms()
 
 
+@pytest.mark.parametrize("wgrad", ["depthwise", "depthwise_tiled"])
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
-def test_depthwise_grad_weight_deterministic(layout):
-    """grad_weight of the depthwise kernel over many pixel splits is bitwise the same run to
+def test_depthwise_grad_weight_deterministic(layout, wgrad, monkeypatch):
+    """grad_weight of each depthwise kernel over many pixel splits is bitwise the same run to
     run (fixed-order sums of the pixel lanes and of the splits)."""
+    _algo(monkeypatch, f"wgrad:{wgrad},bwd:strided")
     cfg = Cfg(16, 64, 64, 40, 40, k=4, stride=2, padding=1, groups=64)
     x, w, _ = cfg.make(torch.float32, "cuda")
     gy = torch.randn(cfg.out_shape(), device="cuda")
@@ -1878,7 +1896,7 @@ def test_depthwise_grad_weight_deterministic(layout):
     args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
             list(k["dilation"]), [False, True, False]]
     a = torch.ops.convt2d.backward(gy, x, w, *args)[1]
-    assert _ran("wgrad") == "depthwise", convt2d.last_algorithms()
+    assert _ran("wgrad") == wgrad, convt2d.last_algorithms()
     b = torch.ops.convt2d.backward(gy, x, w, *args)[1]
     assert torch.equal(a, b)
 

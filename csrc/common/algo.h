@@ -47,7 +47,8 @@ enum class Algo : int {
   kWgradSimt,           // grad_weight/wgrad_cuda_core.cu
   kWgradDirect,         // grad_weight/wgrad_direct.cu: few weight elements, pixels split
   kWgradPadded,         // tensorop with Cin/groups and Cout/groups zero-padded to 16-byte chunks
-  kWgradDepthwise,      // grad_weight/wgrad_depthwise.cu: one input channel per group
+  kWgradDepthwise,      // grad_weight/wgrad_depthwise.cu: one input channel per group, a thread per pixel
+  kWgradDepthwiseTiled, // grad_weight/wgrad_depthwise_tiled.cu: the same, x and grad_output staged per tile
   kWgradCublasGemm,     // dense-GEMM shapes: one cuBLAS GEMM through torch
   // backward transform
   kTapGather,           // grad_output gathered per tap; both gradients as 1x1 problems

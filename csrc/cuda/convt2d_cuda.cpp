@@ -754,13 +754,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
           cuda::cublas_grad_weight(x, go, gw, p);
           ran = wgrad;
         }
-        if (wgrad == Algo::kWgradDepthwise || wgrad == Algo::kWgradDirect) {
+        if (wgrad == Algo::kWgradDepthwise || wgrad == Algo::kWgradDepthwiseTiled ||
+            wgrad == Algo::kWgradDirect) {
           // The direct kernels: pixels split over the GPU into an fp32 (fp64) workspace.
           // Depthwise: channel lanes fastest where grad_output is channels-last, else pixels.
           const bool dw = wgrad == Algo::kWgradDepthwise;
+          const bool tiled = wgrad == Algo::kWgradDepthwiseTiled;
           const bool cl = go.stride(1) == 1 && p.Cout > 1;
-          const cuda::DirectWgradPlan plan = dw ? cuda::wgrad_depthwise_plan(p, cl, dt, sms)
-                                                : cuda::wgrad_direct_plan(p, dt, sms);
+          const cuda::DirectWgradPlan plan =
+              dw      ? cuda::wgrad_depthwise_plan(p, cl, dt, sms)
+              : tiled ? cuda::wgrad_depthwise_tiled_plan(p, cl, dt, sms)
+                      : cuda::wgrad_direct_plan(p, dt, sms);
           cuda::DirectGradParams dp;
           dp.p = p;
           dp.x = ref(x);
@@ -773,6 +777,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
           dp.workspace = ws.data_ptr();
           if (dw)
             check_launch(cuda::launch_wgrad_depthwise(dp, cl, dt, st), "grad_weight (depthwise)");
+          else if (tiled)
+            check_launch(cuda::launch_wgrad_depthwise_tiled(dp, cl, dt, st),
+                         "grad_weight (depthwise, tiled)");
           else
             check_launch(cuda::launch_wgrad_direct(dp, dt, st), "grad_weight (direct)");
           ran = wgrad;

@@ -313,6 +313,8 @@ double wgrad_time(Algo a, const Query& q) {
     }
     case Algo::kWgradDepthwise:  // x and grad_output read once; a product per tap and pixel
       return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / (2 * kDirectWgradRate));
+    case Algo::kWgradDepthwiseTiled:  // the same, a product per tap and pixel from registers
+      return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / kDepthwiseRate);
     case Algo::kWgradWgmmaNchw:
     case Algo::kWgradTensorOp:
       return 4 * kLaunch +
@@ -425,6 +427,8 @@ bool can_implement(Algo a, const Query& q) {
       return depthwise_forward_supported(p, q.dt, q.out_cl && p.Cout > 1);
     case Algo::kWgradDepthwise:
       return wgrad_depthwise_supported(p);
+    case Algo::kWgradDepthwiseTiled:  // one input channel per group, a tile's stage fitting
+      return wgrad_depthwise_tiled_supported(p, q.dt, q.go_cl && p.Cout > 1);
     case Algo::kDgradDepthwise:
       return dgrad_depthwise_supported(p);
     case Algo::kDgradDepthwiseTiled:
@@ -771,7 +775,8 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
   if (forced == Algo::kWgradSimt) return Algo::kWgradSimt;
   if ((forced == Algo::kWgradWgmmaNchw || forced == Algo::kWgradTensorOp ||
        forced == Algo::kWgradDirect || forced == Algo::kWgradPadded ||
-       forced == Algo::kWgradDepthwise || forced == Algo::kWgradCublasGemm) &&
+       forced == Algo::kWgradDepthwise || forced == Algo::kWgradDepthwiseTiled ||
+       forced == Algo::kWgradCublasGemm) &&
       can_implement(forced, q))
     return forced;
   // Exactly one dense GEMM: cuBLAS where prefer_cublas (as the forward).
@@ -779,9 +784,16 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
   if (can_implement(Algo::kWgradCublasGemm, q) &&
       (q.tap_gathered ? q.tap_cublas : prefer_cublas(Pass::kGradWeight, q)))
     return Algo::kWgradCublasGemm;
-  // One input channel per group: the depthwise kernel reads x and grad_output once, in
-  // grad_output's memory order (channels or pixels fastest).
+  // One input channel per group: the depthwise kernels read x and grad_output once. Where
+  // taps reach past the stride in either dimension ((k-1)*d >= s), each grad_output element
+  // is read by several (pixel, tap) pairs: the tiled kernel stages it once per tile and sums
+  // the taps from registers. Where no element is read twice, staging buys nothing, and the
+  // per-pixel kernel reads grad_output straight (kernel <= stride: the tiled kernel measured
+  // 1.1-1.8x slower there; 1.3-4x faster elsewhere, docs/design.md "Depthwise").
+  const bool go_reuse = (q.p.kh - 1) * q.p.dh >= q.p.sh || (q.p.kw - 1) * q.p.dw >= q.p.sw;
+  if (go_reuse && can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
   if (can_implement(Algo::kWgradDepthwise, q)) return Algo::kWgradDepthwise;
+  if (can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
   // fp32 with TF32 off (3xTF32) from the NCHW tensors themselves on Hopper wgmma: no
   // channels-last copies. With TF32 on, the tensorop kernel's TF32 tiles measured faster.
   Algo a = Algo::kWgradSimt;

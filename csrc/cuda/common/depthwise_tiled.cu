@@ -113,21 +113,24 @@ __global__ void __launch_bounds__(kDwThreads, sizeof(typename AccOf<T>::type) ==
         // kDwLoads loads in flight per thread (a plane region per block: the loads' latency,
         // not their bandwidth, bounded a loop of one load at a time).
         const int npix = span_y * span_x;
+        // Raw values, converted at the store: a conversion next to its (predicated) load
+        // would wait for it before the next load issues.
+        const T zero = Cvt<T>::from_acc(Acc(0));
         for (int p0 = il; p0 < npix; p0 += IL * kDwLoads) {
-          Acc vals[kDwLoads];
+          T vals[kDwLoads];
 #pragma unroll
           for (int k = 0; k < kDwLoads; ++k) {
             const int pix = p0 + k * IL;
-            vals[k] = Acc(0);
+            vals[k] = zero;
             const int sy = pix / span_x, sx = pix - sy * span_x;
             const int iy = iy_lo + sy, ix = ix_lo + sx;
             if (pix < npix && c_ok && unsigned(iy) < unsigned(a.y.in_len) &&
                 unsigned(ix) < unsigned(a.x.in_len))
-              vals[k] = Cvt<T>::to_acc(plane[int64_t(iy) * a.in.sh + int64_t(ix) * a.in.sw]);
+              vals[k] = plane[int64_t(iy) * a.in.sh + int64_t(ix) * a.in.sw];
           }
 #pragma unroll
           for (int k = 0; k < kDwLoads; ++k)
-            if (p0 + k * IL < npix) s_in[(p0 + k * IL) * CB + cl] = vals[k];
+            if (p0 + k * IL < npix) s_in[(p0 + k * IL) * CB + cl] = Cvt<T>::to_acc(vals[k]);
         }
         __syncthreads();
       }

@@ -312,14 +312,22 @@ cudaError_t launch_dgrad_depthwise_tiled(const DirectGradParams& prm, bool chan_
                                          cudaStream_t st);
 DirectWgradPlan wgrad_direct_plan(const Problem& p, DType dt, int num_sms);
 cudaError_t launch_wgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st);
-// Depthwise grad_weight (grad_weight/wgrad_depthwise.cu; any dtype and strides): one input
-// channel per group, kh*kw <= 1024, N*H*W under 2^30; channel lanes fastest where
-// grad_output is channels-last (chan_last), pixel lanes fastest otherwise. Workspace and
-// pixel split from wgrad_depthwise_plan (the same chan_last).
+// Depthwise grad_weight (any dtype and strides): one input channel per group. A thread per
+// pixel (grad_weight/wgrad_depthwise.cu): kh*kw <= 1024, N*H*W under 2^30; channel lanes
+// fastest where grad_output is channels-last (chan_last), pixel lanes fastest otherwise.
+// Tiled (grad_weight/wgrad_depthwise_tiled.cu): tiles of x and the grad_output region their
+// taps read staged in shared memory, chan_last a lane per channel; cudaErrorInvalidValue: not
+// taken, nothing launched. Workspace and split from the kernel's plan (the same chan_last; the
+// tiled kernel's splits and tiles per split in DirectGradParams' splits and pix_per_split).
 bool wgrad_depthwise_supported(const Problem& p);
 DirectWgradPlan wgrad_depthwise_plan(const Problem& p, bool chan_last, DType dt, int num_sms);
 cudaError_t launch_wgrad_depthwise(const DirectGradParams& prm, bool chan_last, DType dt,
                                    cudaStream_t st);
+bool wgrad_depthwise_tiled_supported(const Problem& p, DType dt, bool chan_last);
+DirectWgradPlan wgrad_depthwise_tiled_plan(const Problem& p, bool chan_last, DType dt,
+                                           int num_sms);
+cudaError_t launch_wgrad_depthwise_tiled(const DirectGradParams& prm, bool chan_last, DType dt,
+                                         cudaStream_t st);
 
 // Contiguous NCHW -> contiguous NHWC (channels-last) copy (common/layout_kernels.cu).
 cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,

@@ -789,7 +789,8 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
   // is read by several (pixel, tap) pairs: the tiled kernel stages it once per tile and sums
   // the taps from registers. Where no element is read twice, staging buys nothing, and the
   // per-pixel kernel reads grad_output straight (kernel <= stride: the tiled kernel measured
-  // 1.1-1.8x slower there; 1.3-4x faster elsewhere, docs/design.md "Depthwise").
+  // 1.1-1.8x slower there; elsewhere 1.0-5.2x faster on the tuning probe but for taps that
+  // overlap along one dimension only, k=(1,5) s=2: 0.8-0.9x; docs/design.md "Depthwise").
   const bool go_reuse = (q.p.kh - 1) * q.p.dh >= q.p.sh || (q.p.kw - 1) * q.p.dw >= q.p.sw;
   if (go_reuse && can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
   if (can_implement(Algo::kWgradDepthwise, q)) return Algo::kWgradDepthwise;

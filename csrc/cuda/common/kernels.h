@@ -312,6 +312,10 @@ cudaError_t launch_dgrad_depthwise_tiled(const DirectGradParams& prm, bool chan_
                                          cudaStream_t st);
 DirectWgradPlan wgrad_direct_plan(const Problem& p, DType dt, int num_sms);
 cudaError_t launch_wgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st);
+// The second kernel of the direct and depthwise grad_weight kernels (grad_weight/wgrad_direct.cu):
+// the fp32 (fp64) partial sums ws [splits][elems] added in a fixed order into gw (dtype dt).
+cudaError_t launch_wgrad_split_sum(const void* ws, void* gw, int64_t splits, int64_t elems,
+                                   DType dt, cudaStream_t st);
 // Depthwise grad_weight (any dtype and strides): one input channel per group. A thread per
 // pixel (grad_weight/wgrad_depthwise.cu): kh*kw <= 1024, N*H*W under 2^30; channel lanes
 // fastest where grad_output is channels-last (chan_last), pixel lanes fastest otherwise.

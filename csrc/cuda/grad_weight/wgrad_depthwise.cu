@@ -96,20 +96,6 @@ __global__ void __launch_bounds__(kThreads) wgrad_depthwise_kernel(const DirectG
   }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) wgrad_depthwise_reduce(const DirectGradParams prm,
-                                                                   int64_t elems) {
-  using Acc = typename AccOf<T>::type;
-  const Acc* ws = static_cast<const Acc*>(prm.workspace);
-  T* gw = static_cast<T*>(prm.gw);
-  for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < elems;
-       e += int64_t(gridDim.x) * kThreads) {
-    Acc s = Acc(0);
-    for (int64_t k = 0; k < prm.splits; ++k) s += ws[k * elems + e];
-    gw[e] = Cvt<T>::from_acc(s);
-  }
-}
-
 // Channels per block: 32 (8 below 32 channels) where grad_output is channels-last, else 1.
 int channel_block(const Problem& p, bool chan_last) {
   return !chan_last ? 1 : p.Cout >= 32 ? 32 : 8;
@@ -126,11 +112,6 @@ cudaError_t run(const DirectGradParams& prm, bool chan_last, cudaStream_t st) {
   if (cb == 32) wgrad_depthwise_kernel<T, 32><<<grid, kThreads, 0, st>>>(prm);
   else if (cb == 8) wgrad_depthwise_kernel<T, 8><<<grid, kThreads, 0, st>>>(prm);
   else wgrad_depthwise_kernel<T, 1><<<grid, kThreads, 0, st>>>(prm);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return e;
-  const int64_t elems = p.Cout * p.kh * p.kw;
-  const int64_t blocks = std::min<int64_t>((elems + kThreads - 1) / kThreads, 65535);
-  wgrad_depthwise_reduce<T><<<unsigned(blocks), kThreads, 0, st>>>(prm, elems);
   return cudaGetLastError();
 }
 
@@ -165,13 +146,16 @@ DirectWgradPlan wgrad_depthwise_plan(const Problem& p, bool chan_last, DType dt,
 
 cudaError_t launch_wgrad_depthwise(const DirectGradParams& prm, bool chan_last, DType dt,
                                    cudaStream_t st) {
+  cudaError_t e = cudaErrorInvalidValue;
   switch (dt) {
-    case DType::kFloat: return run<float>(prm, chan_last, st);
-    case DType::kDouble: return run<double>(prm, chan_last, st);
-    case DType::kHalf: return run<__half>(prm, chan_last, st);
-    case DType::kBFloat16: return run<__nv_bfloat16>(prm, chan_last, st);
+    case DType::kFloat: e = run<float>(prm, chan_last, st); break;
+    case DType::kDouble: e = run<double>(prm, chan_last, st); break;
+    case DType::kHalf: e = run<__half>(prm, chan_last, st); break;
+    case DType::kBFloat16: e = run<__nv_bfloat16>(prm, chan_last, st); break;
   }
-  return cudaErrorInvalidValue;
+  if (e != cudaSuccess) return e;
+  return launch_wgrad_split_sum(prm.workspace, prm.gw, prm.splits,
+                                prm.p.Cout * prm.p.kh * prm.p.kw, dt, st);
 }
 
 }  // namespace cuda

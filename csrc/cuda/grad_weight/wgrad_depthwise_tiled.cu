@@ -234,20 +234,6 @@ __global__ void __launch_bounds__(kThreads, kResident)
   }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) wgrad_dw_reduce_kernel(const void* wsv, void* gwv,
-                                                                   int64_t splits, int64_t elems) {
-  using Acc = typename AccOf<T>::type;
-  const Acc* ws = static_cast<const Acc*>(wsv);
-  T* gw = static_cast<T*>(gwv);
-  for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < elems;
-       e += int64_t(gridDim.x) * kThreads) {
-    Acc s = Acc(0);
-    for (int64_t k = 0; k < splits; ++k) s += ws[k * elems + e];
-    gw[e] = Cvt<T>::from_acc(s);
-  }
-}
-
 // The stage's elements (x tile + grad_output region) of a tile, times CB.
 int64_t wdw_stage_elems(const WdwArgs& a, int64_t cb) {
   return (int64_t(a.TN) * a.TY * a.TX + int64_t(a.TN) * a.GY * a.GX) * cb;
@@ -376,12 +362,6 @@ cudaError_t run(const DirectGradParams& prm, bool chan_last, cudaStream_t st) {
   }
   const dim3 grid(unsigned(l.cblocks), unsigned(l.splits));
   kern<<<grid, kThreads, l.smem, st>>>(a);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return e;
-  const int64_t elems = prm.p.Cout * prm.p.kh * prm.p.kw;
-  const int64_t blocks = std::min<int64_t>((elems + kThreads - 1) / kThreads, 65535);
-  wgrad_dw_reduce_kernel<T><<<unsigned(blocks), kThreads, 0, st>>>(prm.workspace, prm.gw,
-                                                                   l.splits, elems);
   return cudaGetLastError();
 }
 
@@ -407,13 +387,16 @@ DirectWgradPlan wgrad_depthwise_tiled_plan(const Problem& p, bool chan_last, DTy
 
 cudaError_t launch_wgrad_depthwise_tiled(const DirectGradParams& prm, bool chan_last, DType dt,
                                          cudaStream_t st) {
+  cudaError_t e = cudaErrorInvalidValue;
   switch (dt) {
-    case DType::kFloat: return run<float>(prm, chan_last, st);
-    case DType::kDouble: return run<double>(prm, chan_last, st);
-    case DType::kHalf: return run<__half>(prm, chan_last, st);
-    case DType::kBFloat16: return run<__nv_bfloat16>(prm, chan_last, st);
+    case DType::kFloat: e = run<float>(prm, chan_last, st); break;
+    case DType::kDouble: e = run<double>(prm, chan_last, st); break;
+    case DType::kHalf: e = run<__half>(prm, chan_last, st); break;
+    case DType::kBFloat16: e = run<__nv_bfloat16>(prm, chan_last, st); break;
   }
-  return cudaErrorInvalidValue;
+  if (e != cudaSuccess) return e;
+  return launch_wgrad_split_sum(prm.workspace, prm.gw, prm.splits,
+                                prm.p.Cout * prm.p.kh * prm.p.kw, dt, st);
 }
 
 }  // namespace cuda

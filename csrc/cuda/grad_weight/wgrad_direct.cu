@@ -74,17 +74,26 @@ __global__ void __launch_bounds__(kThreads) wgrad_direct_kernel(const DirectGrad
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) wgrad_direct_reduce(const DirectGradParams prm,
-                                                                int64_t elems) {
+__global__ void __launch_bounds__(kThreads) wgrad_split_sum_kernel(const void* wsv, void* gwv,
+                                                                   int64_t splits,
+                                                                   int64_t elems) {
   using Acc = typename AccOf<T>::type;
-  const Acc* ws = static_cast<const Acc*>(prm.workspace);
-  T* gw = static_cast<T*>(prm.gw);
+  const Acc* ws = static_cast<const Acc*>(wsv);
+  T* gw = static_cast<T*>(gwv);
   for (int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x; e < elems;
        e += int64_t(gridDim.x) * kThreads) {
     Acc s = Acc(0);
-    for (int64_t k = 0; k < prm.splits; ++k) s += ws[k * elems + e];
+    for (int64_t k = 0; k < splits; ++k) s += ws[k * elems + e];
     gw[e] = Cvt<T>::from_acc(s);
   }
+}
+
+template <typename T>
+cudaError_t split_sum(const void* ws, void* gw, int64_t splits, int64_t elems, cudaStream_t st) {
+  const int64_t blocks = std::min<int64_t>((elems + kThreads - 1) / kThreads, 65535);
+  if (blocks == 0) return cudaSuccess;
+  wgrad_split_sum_kernel<T><<<unsigned(blocks), kThreads, 0, st>>>(ws, gw, splits, elems);
+  return cudaGetLastError();
 }
 
 template <typename T>
@@ -97,10 +106,7 @@ cudaError_t run(const DirectGradParams& prm, cudaStream_t st) {
   wgrad_direct_kernel<T><<<dim3(unsigned(gx), unsigned(prm.splits)), kThreads, 0, st>>>(prm);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  const int64_t elems = p.groups * M;
-  const int64_t blocks = std::min<int64_t>((elems + kThreads - 1) / kThreads, 65535);
-  wgrad_direct_reduce<T><<<unsigned(blocks), kThreads, 0, st>>>(prm, elems);
-  return cudaGetLastError();
+  return split_sum<T>(prm.workspace, prm.gw, prm.splits, p.groups * M, st);
 }
 
 }  // namespace
@@ -132,6 +138,17 @@ cudaError_t launch_wgrad_direct(const DirectGradParams& prm, DType dt, cudaStrea
     case DType::kDouble: return run<double>(prm, st);
     case DType::kHalf: return run<__half>(prm, st);
     case DType::kBFloat16: return run<__nv_bfloat16>(prm, st);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_wgrad_split_sum(const void* ws, void* gw, int64_t splits, int64_t elems,
+                                   DType dt, cudaStream_t st) {
+  switch (dt) {
+    case DType::kFloat: return split_sum<float>(ws, gw, splits, elems, st);
+    case DType::kDouble: return split_sum<double>(ws, gw, splits, elems, st);
+    case DType::kHalf: return split_sum<__half>(ws, gw, splits, elems, st);
+    case DType::kBFloat16: return split_sum<__nv_bfloat16>(ws, gw, splits, elems, st);
   }
   return cudaErrorInvalidValue;
 }

@@ -13,7 +13,7 @@ namespace {
 const char* const kAlgoNames[] = {  // in Algo's order
     // forward
     "narrow_output", "direct", "direct_tensorop", "direct_simt", "patch_gemm",
-    "implicit_gemm_padded", "depthwise", "cublas_gemm", "cublas_gemm_scatter",
+    "implicit_gemm_padded", "depthwise", "cublas_gemm", "gemm_col2im",
     // forward and grad_input
     "implicit_gemm", "implicit_gemm_mma", "implicit_gemm_wgmma", "implicit_gemm_wgmma_ws",
     "implicit_gemm_halo", "implicit_gemm_simt",

@@ -27,7 +27,7 @@ from convt2d.bench import sweep_configs  # noqa: E402
 
 ALGOS = {
     "fwd": ["narrow_output", "direct_tensorop", "direct_simt", "patch_gemm", "depthwise", "implicit_gemm",
-            "implicit_gemm_simt", "cublas_gemm"],
+            "implicit_gemm_simt", "cublas_gemm", "gemm_col2im"],
     "dgrad": ["implicit_gemm", "implicit_gemm_simt", "direct", "implicit_gemm_padded", "depthwise", "depthwise_tiled",
               "cublas_gemm"],
     "wgrad": ["tensorop", "simt", "direct", "tensorop_padded", "wgmma_nchw", "depthwise", "depthwise_tiled",

@@ -2025,19 +2025,30 @@ def test_cublas_gemm_planned_and_declined(monkeypatch):
         torch.backends.cuda.matmul.allow_tf32 = old
 
 
-# Layers whose taps never overlap (kernel <= stride): the forward as one cuBLAS GEMM over all
-# taps and a scatter of its columns (cublas_gemm_scatter); the gradients with the tap gather and
-# cuBLAS forced, which they run where the gather takes the problem (tensor cores, channels in
-# 16-byte chunks), else the planner's choices. 1x1 kernels at strides 2 and 3 (padding, output padding), a
-# U-Net k=2 s=2, non-square kernel and stride with padding, k=3 s=3 with padding, a 1x1
-# kernel with dilation (ignored), one output channel.
-_SCATTER_CFGS = [
+# The forward as one GEMM over all taps and a col2im pass (gemm_col2im; the GEMM on cuBLAS, or
+# for fp32 on the tensor-core implicit GEMM where it takes the channels); the gradients with the
+# tap gather and cuBLAS forced, which they run where the gather takes the problem (tensor cores,
+# channels in 16-byte chunks), else the planner's choices. Taps that never overlap: 1x1 kernels
+# at strides 2 and 3 (padding, output padding), a U-Net k=2 s=2, non-square kernel and stride
+# with padding, k=3 s=3 with padding, a 1x1 kernel with dilation (ignored), one output channel.
+# Taps that overlap (up to 16 per output): k=3 s=2 into 3 channels, k=4 s=2 with dilation 2 and
+# padding 3, stride 1 with k=5, k=(6,4) s=(3,2) with output padding, dilation (2,3) stride (3,1)
+# into one channel with Cin not a multiple of 4 (cuBLAS for fp32 too), k=16 s=8 on 45 images
+# (chunks of 20, the last of 5; fp64 of 10), a 1x1 kernel at stride 1 with padding (cropped).
+_COL2IM_CFGS = [
     Cfg(2, 24, 16, 7, 5, k=1, stride=2, bias=True),
     Cfg(3, 8, 12, 5, 6, k=1, stride=3, padding=1, output_padding=2, bias=False),
     Cfg(2, 16, 8, 6, 7, k=2, stride=2, bias=True),
     Cfg(2, 12, 20, 5, 4, k=(2, 1), stride=(3, 2), padding=(1, 0), output_padding=(1, 1)),
     Cfg(1, 16, 24, 4, 5, k=3, stride=3, padding=1, bias=True),
     Cfg(2, 8, 1, 6, 6, k=1, stride=2, dilation=2, bias=True),
+    Cfg(2, 64, 3, 9, 7, k=3, stride=2, padding=1, output_padding=1, bias=True),
+    Cfg(2, 32, 4, 8, 8, k=4, stride=2, padding=3, dilation=2, bias=True),
+    Cfg(1, 24, 5, 6, 9, k=5, stride=1, padding=2, bias=False),
+    Cfg(2, 16, 6, 5, 4, k=(6, 4), stride=(3, 2), padding=(2, 1), output_padding=(2, 1)),
+    Cfg(3, 10, 1, 5, 6, k=3, stride=(3, 1), padding=(1, 2), dilation=(2, 3), bias=True),
+    Cfg(45, 8, 4, 20, 20, k=16, stride=8, padding=7, output_padding=4, bias=True),
+    Cfg(2, 12, 7, 5, 6, k=1, stride=1, padding=(1, 2), bias=True),
 ]
 
 
@@ -2080,10 +2091,12 @@ def test_tap_gathered_planned(monkeypatch):
     assert _ran("bwd") == "tap_gather", convt2d.last_algorithms()
 
 
-def test_cublas_gemm_scatter_planned(monkeypatch):
-    """The planner takes the GEMM over all taps + scatter where x's channels dominate (256 or
-    more, at least 8 per output column of a pixel) into an NCHW output, and not into a
-    channels-last one, not for fewer input channels, not under torch's deterministic mode."""
+def test_gemm_col2im_planned(monkeypatch):
+    """The planner takes the GEMM over all taps + col2im for taps that never overlap where x's
+    channels dominate (256 or more, at least 8 per output column of a pixel) into an NCHW
+    output, and not into a channels-last one, not for fewer input channels, not on cuBLAS under
+    torch's deterministic mode; for taps that overlap, few outputs from many input channels
+    (col2im_preferred)."""
     _algo(monkeypatch, None)
     rgb = Cfg(2, 512, 3, 8, 6, k=2, stride=2, bias=True)
     for layout in ("nchw", "channels_last"):
@@ -2091,31 +2104,46 @@ def test_cublas_gemm_scatter_planned(monkeypatch):
             x, w, b = rgb.make(dt, "cuda")
             if layout == "channels_last":
                 x = x.contiguous(memory_format=torch.channels_last)
-            check(x, w, b, rgb.kwargs(), what=f"scatter planned {layout} {dt} ")
-            assert (_ran("fwd") == "cublas_gemm_scatter") == (layout == "nchw"), \
+            check(x, w, b, rgb.kwargs(), what=f"col2im planned {layout} {dt} ")
+            assert (_ran("fwd") == "gemm_col2im") == (layout == "nchw"), \
                 convt2d.last_algorithms()
     few = Cfg(2, 128, 16, 8, 8, k=1, stride=2)
     x, w, b = few.make(torch.bfloat16, "cuda")
-    check(x, w, b, few.kwargs(), what="scatter declined ")
-    assert _ran("fwd") != "cublas_gemm_scatter", convt2d.last_algorithms()
+    check(x, w, b, few.kwargs(), what="col2im declined ")
+    assert _ran("fwd") != "gemm_col2im", convt2d.last_algorithms()
+    # Taps that overlap: few outputs from many input channels (a keypoint / RGB head) in
+    # either layout; not where the result would outweigh x (a large kernel into many outputs)
+    # nor for a small layer with fewer input channels.
+    head = Cfg(4, 384, 4, 16, 16, k=7, stride=2, bias=True)
+    for layout in ("nchw", "channels_last"):
+        for dt in (torch.float32, torch.bfloat16):
+            x, w, b = head.make(dt, "cuda")
+            if layout == "channels_last":
+                x = x.contiguous(memory_format=torch.channels_last)
+            check(x, w, b, head.kwargs(), what=f"col2im head {layout} {dt} ", backward=False)
+            assert _ran("fwd") == "gemm_col2im", convt2d.last_algorithms()
+    for cfg in (Cfg(2, 64, 56, 16, 16, k=9, stride=2), Cfg(2, 128, 4, 7, 7, k=7, stride=1, padding=3)):
+        x, w, b = cfg.make(torch.bfloat16, "cuda")
+        check(x, w, b, cfg.kwargs(), what="col2im declined (overlap) ", backward=False)
+        assert _ran("fwd") != "gemm_col2im", convt2d.last_algorithms()
     x, w, b = rgb.make(torch.bfloat16, "cuda")
     was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        check(x, w, b, rgb.kwargs(), what="scatter deterministic ")
-        assert _ran("fwd") != "cublas_gemm_scatter", convt2d.last_algorithms()
+        check(x, w, b, rgb.kwargs(), what="col2im deterministic ")
+        assert _ran("fwd") != "gemm_col2im", convt2d.last_algorithms()
     finally:
         torch.use_deterministic_algorithms(was)
 
 
 @pytest.mark.parametrize("dtype", list(_DENSE_DTYPES))
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
-@pytest.mark.parametrize("cfg", _SCATTER_CFGS, ids=lambda c: c.id())
-def test_cublas_gemm_scatter_forced(cfg, dtype, layout, monkeypatch):
-    _algo(monkeypatch, "fwd:cublas_gemm_scatter,dgrad:cublas_gemm,wgrad:cublas_gemm,bwd:tap_gather")
+@pytest.mark.parametrize("cfg", _COL2IM_CFGS, ids=lambda c: c.id())
+def test_gemm_col2im_forced(cfg, dtype, layout, monkeypatch):
+    _algo(monkeypatch, "fwd:gemm_col2im,dgrad:cublas_gemm,wgrad:cublas_gemm,bwd:tap_gather")
     x, w, b = cfg.make(_DENSE_DTYPES[dtype], "cuda")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=dtype != "fp32-ieee"):
-        check(x, w, b, cfg.kwargs(), what=f"cublas scatter {layout} {dtype} ")
-    assert _ran("fwd") == "cublas_gemm_scatter", convt2d.last_algorithms()
+        check(x, w, b, cfg.kwargs(), what=f"gemm col2im {layout} {dtype} ")
+    assert _ran("fwd") == "gemm_col2im", convt2d.last_algorithms()

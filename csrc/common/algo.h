@@ -27,7 +27,7 @@ enum class Algo : int {
   kFwdPadded,           // implicit GEMM on tensor cores, Cin/groups zero-padded to 16-byte chunks
   kFwdDepthwise,        // forward/depthwise.cu: one input channel per group, CUDA cores
   kFwdCublasGemm,       // dense-GEMM shapes (dense_gemm_shape): one cuBLAS GEMM through torch
-  kFwdCublasScatter,    // taps that never overlap (kernel <= stride): cuBLAS GEMM + tap scatter
+  kFwdGemmCol2im,       // one GEMM over all taps (cuBLAS or the implicit GEMM) + col2im pass
   // forward and grad_input: implicit GEMM per stride phase (implicit_gemm/)
   kImplicitGemm,        // tensor cores, the kernel picked by its launcher (below)
   kImplicitGemmMma,     // mma.sync tiles (compute capability 8.0+), no wgmma

@@ -533,6 +533,48 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     check_launch(cuda::launch_patch_gemm(pp, dt, math, st, launched), "patch GEMM forward");
     return launched;
   };
+  // One GEMM y = x * w over all taps, then col2im (each output element's taps summed, with
+  // the bias), chunk by chunk of the planner's col2im_split (y's buffer reused).
+  auto run_gemm_col2im = [&]() {
+    const cuda::Col2imSplit split = cuda::col2im_split(q);
+    const int64_t kk = p.kh * p.kw, hw = p.H * p.W, ck = p.Cout * kk, nb = split.images;
+    const at::Tensor ybuf = at::empty(
+        {nb * hw * ck}, input.options().dtype(split.fp32 ? at::kFloat : input.scalar_type()));
+    cuda::Col2imArgs a;
+    a.p = p;
+    if (!split.cublas || q.x_cl) {  // y [pixel][co][tap]
+      a.ysn = hw * ck; a.ysc = kk; a.yst = 1; a.ysp = ck;
+    } else {  // y [image][co][tap][pixel] (cuBLAS, one GEMM per NCHW image)
+      a.ysn = ck * hw; a.ysc = kk * hw; a.yst = hw; a.ysp = 1;
+    }
+    a.out = ref(out);
+    a.chan_last = !out.is_contiguous();
+    // The implicit GEMM's 1x1 problem: Cout*kh*kw outputs, the weight viewed as Cin x
+    // Cout*kh*kw x 1 x 1.
+    Problem p1 = p;
+    p1.Cout = ck; p1.Ho = p.H; p1.Wo = p.W;
+    p1.kh = p1.kw = p1.sh = p1.sw = p1.dh = p1.dw = 1;
+    p1.ph = p1.pw = p1.oph = p1.opw = 0;
+    const at::Tensor w1 = split.cublas ? weight : weight.reshape({p.Cin, ck, 1, 1});
+    for (int64_t n0 = 0; n0 < p.N; n0 += nb) {
+      const int64_t n = std::min(nb, p.N - n0);
+      const at::Tensor xc = input.narrow(0, n0, n);
+      const at::Tensor y = ybuf.narrow(0, 0, n * hw * ck);
+      if (split.cublas) {
+        cuda::cublas_taps_gemm(xc, weight, y, p, split.fp32);
+      } else {
+        p1.N = n;
+        const at::Tensor yd = y.view({n, p.H, p.W, ck}).permute({0, 3, 1, 2});
+        run_igemm(cuda::IgemmMode::kForward, xc, yd, w1, at::Tensor(), p1, dt, math, st,
+                  Algo::kImplicitGemm, ov.var);
+      }
+      a.p.N = n;
+      a.out.ptr = out.narrow(0, n0, n).data_ptr();
+      check_launch(cuda::launch_col2im_taps(a, y.data_ptr(), b.defined() ? b.data_ptr() : nullptr,
+                                            dt, split.fp32, st),
+                   "GEMM + col2im forward");
+    }
+  };
   // Runs algorithm a; false where its launcher declined.
   auto run_algo = [&](Algo a) -> bool {
     switch (a) {
@@ -542,9 +584,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
       case Algo::kDirectTensorOp: run_direct(true); return true;
       case Algo::kDirectSimt: run_direct(false); return true;
       case Algo::kFwdCublasGemm: cuda::cublas_forward(input, weight, b, out, p, dt); return true;
-      case Algo::kFwdCublasScatter:
-        cuda::cublas_forward_scatter(input, weight, b, out, p, dt);
-        return true;
+      case Algo::kFwdGemmCol2im: run_gemm_col2im(); return true;
       case Algo::kFwdDepthwise: {
         // Channels-last output: a lane per channel. The weight [Cout][kh*kw] contiguous.
         const bool cl = out.stride(1) == 1 && p.Cout > 1;

@@ -75,28 +75,36 @@ void cublas_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
   TORCH_CHECK(e == cudaSuccess, "convt2d: cuBLAS forward bias: ", cudaGetErrorString(e));
 }
 
-void cublas_forward_scatter(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                            const at::Tensor& out, const Problem& p, DType dt) {
-  const int64_t kk = p.kh * p.kw, hw = p.H * p.W, ck = p.Cout * kk;
+void cublas_taps_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y,
+                      const Problem& p, bool fp32_out) {
+  const int64_t n = x.size(0), hw = p.H * p.W, ck = p.Cout * p.kh * p.kw;
   const at::Tensor wm = w.reshape({p.Cin, ck});
-  ScatterTapsArgs a;
-  a.p = p;
-  at::Tensor y;
-  if (cl(x)) {  // [N*H*W][Cout*kk]: one GEMM over all pixels
-    y = at::mm(rows(x, p.N * hw, p.Cin), wm);
-    a.ysn = hw * ck; a.ysc = 1; a.ysp = ck;
-  } else {  // [N][Cout*kk][H*W]: one per image
-    y = at::bmm(wm.t().unsqueeze(0).expand({p.N, ck, p.Cin}), images(x, p.Cin, hw));
-    a.ysn = ck * hw; a.ysc = hw; a.ysp = 1;
+#if !CONVT2D_MM_OUT_DTYPE
+  TORCH_CHECK(!fp32_out, "convt2d: GEMM + col2im: an fp32 result needs torch 2.8+");
+#endif
+  if (cl(x)) {  // y [pixel][co][tap]: one GEMM over the pixels
+    at::Tensor ym = y.view({n * hw, ck});
+    const at::Tensor xm = rows(x, n * hw, p.Cin);
+#if CONVT2D_MM_OUT_DTYPE
+    if (fp32_out) {
+      at::mm_out(ym, xm, wm, at::kFloat);
+      return;
+    }
+#endif
+    at::mm_out(ym, xm, wm);
+    return;
   }
-  a.out.ptr = out.data_ptr();
-  a.out.sn = out.stride(0); a.out.sc = out.stride(1);
-  a.out.sh = out.stride(2); a.out.sw = out.stride(3);
-  a.chan_last = !out.is_contiguous();
-  a.rows = a.chan_last ? p.N * p.Ho * p.Wo : p.N * p.Cout * p.Ho;
-  const cudaError_t e = launch_scatter_taps(a, y.data_ptr(), b.defined() ? b.data_ptr() : nullptr,
-                                            dt, at::cuda::getCurrentCUDAStream());
-  TORCH_CHECK(e == cudaSuccess, "convt2d: cuBLAS GEMM + scatter forward: ", cudaGetErrorString(e));
+  // y [image][co][tap][pixel]: one GEMM per image, the weight shared (batch stride 0)
+  at::Tensor yb = y.view({n, ck, hw});
+  const at::Tensor wt = wm.t().unsqueeze(0).expand({n, ck, p.Cin});
+  const at::Tensor xm = images(x, p.Cin, hw);
+#if CONVT2D_MM_OUT_DTYPE
+  if (fp32_out) {
+    at::bmm_out(yb, wt, xm, at::kFloat);
+    return;
+  }
+#endif
+  at::bmm_out(yb, wt, xm);
 }
 
 void cublas_grad_input(const at::Tensor& go, const at::Tensor& w, const at::Tensor& gi,

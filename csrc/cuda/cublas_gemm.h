@@ -13,10 +13,12 @@ namespace cuda {
 // out = conv_transpose2d(x, w, b) (b may be undefined) in out's dtype dt.
 void cublas_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                     const at::Tensor& out, const Problem& p, DType dt);
-// out = conv_transpose2d(x, w, b) for a scatter_gemm_shape problem: y = x * w over all
-// taps (cuBLAS), then its columns scattered to their output pixels with the bias.
-void cublas_forward_scatter(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                            const at::Tensor& out, const Problem& p, DType dt);
+// The GEMM + col2im forward's GEMM on the images of x (a chunk; p: the whole problem): y =
+// x * w over all taps, w as Cin x Cout*kh*kw. Channels-last x: one GEMM, y [pixel][co][tap];
+// NCHW x: one per image, y [image][co][tap][pixel]. y contiguous, fp32 (fp32_out, 16-bit x,
+// torch 2.8+) or x's dtype.
+void cublas_taps_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y,
+                      const Problem& p, bool fp32_out);
 // gi = grad_input from grad_output go.
 void cublas_grad_input(const at::Tensor& go, const at::Tensor& w, const at::Tensor& gi,
                        const Problem& p);

@@ -95,6 +95,12 @@ double igemm_split_time(const Query& q, const IgemmShape& s, int splits) {
 }
 
 double cublas_time(Pass pass, const Query& q);
+// cuBLAS's fp32 GEMM at IEEE precision (torch's matmul default, whatever TF32 allows the
+// convolution): about 30 TFLOP/s measured on an H100 (8 GFLOP in 268 us).
+constexpr double kCublasFp32Rate = 30e12;
+double cublas_rate(DType dt) {
+  return dt == DType::kFloat ? kCublasFp32Rate : dt == DType::kDouble ? 50e12 : 300e12;
+}
 
 // Forward: bytes of x, out and the weight; FLOPs of the taps that reach each phase.
 double fwd_time(Algo a, const Query& q) {
@@ -128,6 +134,33 @@ double fwd_time(Algo a, const Query& q) {
     }
     case Algo::kFwdCublasGemm:
       return cublas_time(Pass::kForward, q);
+    case Algo::kFwdGemmCol2im: {
+      // The GEMM over all taps (x read once; N = Cout*kh*kw, the implicit GEMM's padded to
+      // its 32-column tiles), its result written and read once more, the output; per chunk
+      // the GEMM's launches (the implicit GEMM's: + x's channels-last copy, the weight's
+      // packing) and the col2im pass.
+      const Col2imSplit s = col2im_split(q);
+      const double eb = double(elem_bytes(q.dt)), m = double(p.N * p.H * p.W);
+      const double cols = double(p.Cout) * kk, k = double(p.Cin);
+      const double yb = (s.fp32 ? 4.0 : eb) * m * cols;
+      const double chunks = std::ceil(double(p.N) / double(s.images));
+      const double io = eb * (m * k + k * cols) + yb;
+      double gemm, launches;
+      if (s.cublas) {
+        gemm = std::max(io / kBandwidth, 2.0 * m * cols * k / cublas_rate(q.dt));
+        launches = 2;
+      } else {
+        gemm = std::max(io / kBandwidth,
+                        2.0 * m * double(round_up(int64_t(cols), 32)) * k / gemm_rate(q, true));
+        launches = 3;
+        if (!q.x_cl) {
+          gemm += 2.0 * eb * m * k / kBandwidth;
+          launches += 1;
+        }
+      }
+      return chunks * launches * kLaunch + gemm +
+             (yb + eb * double(p.N * p.Cout * p.Ho * p.Wo)) / kBandwidth;
+    }
     case Algo::kPatchGemm:
       return kLaunch + std::max(mem, 2.0 * double(p.N * p.H * p.W) * double(p.groups) *
                                          double(round_up(p.cout_g() * p.kh * p.kw, 64)) *
@@ -214,16 +247,13 @@ DenseGemm dense_gemm(Pass pass, const Query& q) {
   }
   return g;
 }
-// cuBLAS's fp32 GEMM at IEEE precision (torch's matmul default, whatever TF32 allows the
-// convolution): about 30 TFLOP/s measured on an H100 (8 GFLOP in 268 us).
-constexpr double kCublasFp32Rate = 30e12;
 double cublas_time(Pass pass, const Query& q) {
   const DenseGemm g = dense_gemm(pass, q);
   const double eb = double(elem_bytes(q.dt));
   const double bytes = g.matrix_bytes(eb) + g.extra_bytes;
   // fp64 on tensor cores; tiles of 64 x 64 filling the GPU, K split where it is long (not
   // for the batched per-image products).
-  const double rate = q.dt == DType::kFloat ? kCublasFp32Rate : q.dt == DType::kDouble ? 50e12 : 300e12;
+  const double rate = cublas_rate(q.dt);
   const double tiles = std::ceil(g.m / 64) * std::ceil(g.n / 64) * g.batch;
   const double ksplit = g.batch > 1 ? 1.0 : std::max(1.0, g.k / 512);
   const double f = std::min(1.0, tiles * ksplit / kGemmBlocks);
@@ -374,14 +404,40 @@ bool dense_gemm_shape(const Problem& p) {
          p.Cin * p.Cout * kk < lim;
 }
 
-bool scatter_gemm_shape(const Problem& p) {
+bool col2im_gemm_shape(const Problem& p) {
   const int64_t lim = (int64_t(1) << 31) - 1;
-  const int64_t kk = p.kh * p.kw;
-  return p.groups == 1 && p.kh <= p.sh && p.kw <= p.sw && (p.kh == 1 || p.dh == 1) &&
-         (p.kw == 1 || p.dw == 1) && !dense_gemm_shape(p) && p.N > 0 && p.Cin > 0 &&
-         p.Cout > 0 && p.H * p.W > 0 && p.N * p.H * p.W < lim && p.Cout * kk < lim &&
-         p.Cin < lim && p.N * p.Cin * p.H * p.W < lim && p.N * p.H * p.W * p.Cout * kk < lim &&
+  const int64_t kk = p.kh * p.kw, hw = p.H * p.W;
+  return p.groups == 1 && !dense_gemm_shape(p) && p.N > 0 && p.Cin > 0 && p.Cout > 0 &&
+         hw > 0 && p.sh <= 16 && p.sw <= 16 && p.N * p.Cout * p.Ho * p.Wo < lim &&
+         p.Ho + p.ph < lim && p.Wo + p.pw < lim && p.N * hw < lim && p.Cout * kk < lim &&
+         p.Cin < lim && p.N * p.Cin * hw < lim && hw * p.Cout * kk < lim &&
          p.Cin * p.Cout * kk < lim;
+}
+
+bool taps_overlap(const Problem& p) {
+  return (p.kh > 1 && (p.kh - 1) * p.dh >= p.sh) || (p.kw > 1 && (p.kw - 1) * p.dw >= p.sw);
+}
+
+Col2imSplit col2im_split(const Query& q) {
+  const Problem& p = q.p;
+  Col2imSplit s;
+  // fp32: cuBLAS runs its GEMM at IEEE precision (~30 TFLOP/s), the tensor-core implicit
+  // GEMM at TF32 (or 3xTF32 with TF32 off) but reads x channels-last (a copy of NCHW x): the
+  // engine of the smaller time, GEMM FLOPs at its rate + the copy's bytes. 16-bit and fp64:
+  // cuBLAS (16-bit with an fp32 result: summed taps round once).
+  const bool igemm_ok = q.dt == DType::kFloat && tensor_cores(q) && p.Cin % chunk_elems(q.dt) == 0;
+  if (igemm_ok) {
+    const double m = double(p.N * p.H * p.W), eb = double(elem_bytes(q.dt));
+    const double flops = 2.0 * m * double(p.Cout * p.kh * p.kw) * double(p.Cin);
+    const double copy = q.x_cl ? 0.0 : 2.0 * eb * m * double(p.Cin) / kBandwidth;
+    s.cublas = q.cublas && flops / cublas_rate(q.dt) < flops / gemm_rate(q, true) + copy;
+  }
+  s.fp32 = (q.dt == DType::kHalf || q.dt == DType::kBFloat16) && s.cublas && q.cublas_fp32_out;
+  const int64_t eb = s.fp32 ? 4 : elem_bytes(q.dt);
+  const int64_t per_image = std::max<int64_t>(1, p.H * p.W * p.Cout * p.kh * p.kw * eb);
+  s.images = std::max<int64_t>(1, std::min<int64_t>(p.N, kCol2imChunkBytes / per_image));
+  s.image_bytes = per_image;
+  return s;
 }
 
 // The tap gather's grad_output: no more taps than stride phases, each grad_output element
@@ -404,8 +460,16 @@ bool can_implement(Algo a, const Query& q) {
   switch (a) {
     case Algo::kFwdCublasGemm:
       return q.cublas && dense_gemm_shape(p) && x_ok && out_ok;
-    case Algo::kFwdCublasScatter:
-      return q.cublas && scatter_gemm_shape(p) && x_ok && out_ok;
+    case Algo::kFwdGemmCol2im: {
+      // The GEMM on cuBLAS (not under torch's deterministic mode; 16-bit taps that overlap
+      // summed from its fp32 result) or on the tensor-core implicit GEMM (col2im_split).
+      // One image's GEMM result at most 8 chunks' bytes (its buffer holds one image at least).
+      if (!(col2im_gemm_shape(p) && x_ok && out_ok)) return false;
+      const Col2imSplit s = col2im_split(q);
+      const bool sixteen = q.dt == DType::kHalf || q.dt == DType::kBFloat16;
+      return s.image_bytes <= 8 * kCol2imChunkBytes &&
+             (!s.cublas || (q.cublas && (s.fp32 || !sixteen || !taps_overlap(p))));
+    }
     case Algo::kDgradCublasGemm:
       return q.cublas && dense_gemm_shape(p) && go_ok && out_ok;
     case Algo::kWgradCublasGemm: {
@@ -504,21 +568,42 @@ bool narrow_idle(const Query& q) {
   return p.cin_g() >= 32 && phase_pix <= 256 && tensor_cores(q) && q.math != MathMode::kIEEE;
 }
 
-// Where the GEMM over all taps + scatter (kernel <= stride) beats the per-phase kernels:
-// x's channels dominate the bytes (256 or more, at least 8 per output column of a pixel).
-// Tuning seed 1, 43 kernel <= stride layers x fp32 / bf16, forced against the default: it won
-// on all 10 rows of this class (1.1-4.9x, geomean 1.9x) and lost on rows outside it (128 -> 16
-// k1 s2: 1.3-1.6x slower; 320 -> 16 k2 s2 fp32, 5 channels a column: 1.8x slower than the
-// patch GEMM).
-// Only to a contiguous NCHW output (all 10 were NCHW; the scatter pass runs a thread per output
-// column, Cout of them for a channels-last output: mostly idle lanes for few channels). fp32
-// runs cuBLAS's IEEE GEMM: as prefer_cublas, only where it is no slower than the bytes moved
-// (x 1.25: x, the weight, the GEMM's result written and read, the output) or under 10 us.
-bool scatter_preferred(const Query& q) {
+// Where the GEMM over all taps + col2im beats the per-phase kernels (docs/design.md, "GEMM +
+// col2im"). The GEMM reads x once with all Cout*kh*kw columns in its tiles; the per-phase
+// kernels read x once per tap and pad N = Cout to 32 (the implicit GEMM) or run on CUDA cores
+// (the narrow and direct kernels), so it wins where outputs are few against many input
+// channels, and loses where its result (Cout*kh*kw per pixel, written and read once more)
+// outweighs x (Cin per pixel).
+// - Taps that never overlap (kernel <= stride): x's channels dominate (256 or more, at least 8
+//   per output column of a pixel). Tuning seed 1, 43 such layers x fp32 / bf16: it won on all
+//   10 rows of this class (1.1-4.9x, geomean 1.9x) and lost outside it (128 -> 16 k1 s2:
+//   1.3-1.6x slower; 320 -> 16 k2 s2 fp32, 5 channels a column: 1.8x slower than the patch
+//   GEMM). Only to a contiguous NCHW output (all 10 were NCHW). fp32 on cuBLAS (IEEE) only
+//   where it is no slower than the bytes moved (x 1.25) or under 10 us.
+// - Taps that overlap: at most 2 columns per input channel (Cout*kh*kw <= 2*Cin) and 1..8
+//   outputs with 256 or more input channels, or, where its result has 2^18 or more elements
+//   (smaller layers: its launches and its cuBLAS calls' fixed costs lost), 1..8 outputs with
+//   64 or more input channels or up to 32 outputs with 256 or more. Not in fp32 where the
+//   narrow kernel runs with fewer than 256 input channels (forward_rules). Tuning seed 1 (the
+//   first 300 layers with one group and Cout <= 64, x fp32 / bf16, forced against the
+//   default): in the class without the size and narrow conditions it took 0.02-0.89x the
+//   default's time on 43 of 50 rows (geomean of the 50: 0.43; 768 -> 4 k7 s2 fp32 1479 ->
+//   181 us, 1024 -> 4 k16 s1 26 -> 0.6 ms) and 1.01-1.45x on 7 (24-62 us layers, two fp32
+//   layers on the narrow kernel); on the 130 rows outside it lost in geomean 1.49x, up to 50x
+//   (64 -> 56 k9 on 256x256: its result 18x x's bytes). Validation seed 2 (Cout <= 32): the
+//   layers it lost to torch on were small (under 2^18 result elements, 26-52 us).
+bool col2im_preferred(const Query& q) {
   const Problem& p = q.p;
   const double cols = double(p.Cout * p.kh * p.kw);
+  if (taps_overlap(p)) {
+    const double ycols = double(p.N * p.H * p.W) * cols;  // the GEMM result's elements
+    return cols <= 2.0 * double(p.Cin) &&
+           ((p.Cout <= 8 && p.Cin >= 256) ||
+            (ycols >= double(1 << 18) &&
+             ((p.Cout <= 8 && p.Cin >= 64) || (p.Cout <= 32 && p.Cin >= 256))));
+  }
   if (!(p.Cin >= 256 && double(p.Cin) >= 8 * cols && q.out_nchw)) return false;
-  if (q.dt != DType::kFloat) return true;
+  if (q.dt != DType::kFloat || !col2im_split(q).cublas) return true;
   const double m = double(p.N * p.H * p.W), eb = double(elem_bytes(q.dt));
   const double bytes = eb * (m * double(p.Cin) + double(p.Cin) * cols + 2 * m * cols +
                              double(p.N * p.Cout * p.Ho * p.Wo));
@@ -552,20 +637,22 @@ std::vector<Algo> forward_rules(const Query& q) {
   // where prefer_cublas.
   if (can_implement(Algo::kFwdCublasGemm, q) && prefer_cublas(Pass::kForward, q))
     seq.push_back(Algo::kFwdCublasGemm);
-  // Taps that never overlap (kernel <= stride) with many input channels against few output
-  // columns per input pixel (Cout*kh*kw): one cuBLAS GEMM over all taps reads x once, with
-  // all kh*kw*Cout columns in its tiles, then a scatter pass; the per-phase kernels read x
-  // once per tap, their N (Cout) padded to 32 (an RGB or keypoint head at k2 s2, a strided
-  // 1x1 kernel to 16 channels).
-  if (can_implement(Algo::kFwdCublasScatter, q) && scatter_preferred(q))
-    seq.push_back(Algo::kFwdCublasScatter);
+  // Many input channels against few output columns per input pixel (Cout*kh*kw): one GEMM
+  // over all taps reads x once, with all the columns in its tiles, then a col2im pass; the
+  // per-phase kernels read x once per tap, their N (Cout) padded to 32 (an RGB or keypoint
+  // head, a strided 1x1 kernel to 16 channels; col2im_preferred).
   // 1..8 outputs per group with many reduced channels per output (a GAN's RGB layer, a
   // keypoint head) and x rows contiguous (its loads run along W): the narrow kernel.
   // Not where its warps would idle (narrow_idle).
   const bool idle = narrow_idle(q);
-  if (can_implement(Algo::kNarrowOutput, q) && p.cout_g() <= 8 && kpo >= kNarrowMinK &&
-      q.x_unit_w && !idle)
-    seq.push_back(Algo::kNarrowOutput);
+  const bool narrow = can_implement(Algo::kNarrowOutput, q) && p.cout_g() <= 8 &&
+                      kpo >= kNarrowMinK && q.x_unit_w && !idle;
+  // (fp32 with under 256 input channels the narrow kernel was as fast: the GEMM + col2im took
+  // 1.01-1.21x its time)
+  if (can_implement(Algo::kFwdGemmCol2im, q) && col2im_preferred(q) &&
+      !(narrow && q.dt == DType::kFloat && p.Cin < 256))
+    seq.push_back(Algo::kFwdGemmCol2im);
+  if (narrow) seq.push_back(Algo::kNarrowOutput);
   // Memory-bound shapes (few reduced channels per output, or few outputs per group) go to
   // the direct kernel; the rest are implicit GEMMs. 8 to 31 outputs per group with 256 or
   // more reduced channels per output are compute-bound: the implicit GEMM measured faster
@@ -623,7 +710,7 @@ static std::vector<Algo> plan_forward_uncached(const Query& q, Algo forced) {
   for (Algo a : {Algo::kNarrowOutput, Algo::kDirectSimt, Algo::kDirectTensorOp,
                  Algo::kPatchGemm, Algo::kFwdPadded, Algo::kFwdDepthwise, Algo::kImplicitGemm}) {
     // (cuBLAS, where the rules take it, stays: prefer_cublas has weighed it.)
-    if (rule == Algo::kFwdCublasGemm || rule == Algo::kFwdCublasScatter) break;
+    if (rule == Algo::kFwdCublasGemm || rule == Algo::kFwdGemmCol2im) break;
     if (a == rule || !forward_model_candidate(a, q)) continue;
     // One input channel per group: the model's direct-kernel times are far too low there
     // (a dilated depthwise k3 s3 layer: predicted 0.2 ms, ran 7.9 ms; the depthwise kernel
@@ -651,7 +738,7 @@ std::vector<Algo> forward_candidates(const Query& q) {
   std::vector<Algo> c;
   for (Algo a : {Algo::kPatchGemm, Algo::kNarrowOutput, Algo::kDirectTensorOp,
                  Algo::kDirectSimt, Algo::kFwdPadded, Algo::kFwdDepthwise, Algo::kFwdCublasGemm,
-                 Algo::kFwdCublasScatter})
+                 Algo::kFwdGemmCol2im})
     if (can_implement(a, q)) c.push_back(a);
   if (tensor_cores(q)) {
     // The implicit GEMM's kernels: on Hopper the two-block wgmma one and, for 64 or more

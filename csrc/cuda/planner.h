@@ -47,10 +47,25 @@ struct Query {
 // 32-bit dimensions.
 bool dense_gemm_shape(const Problem& p);
 
-// Whether p's taps never overlap so that the forward is one dense GEMM (x * w over all taps)
-// and a scatter of its columns (kernel <= stride, one group, dilation 1 where the kernel is
-// wider than 1) and not already dense_gemm_shape; sizes within cuBLAS's 32-bit dimensions.
-bool scatter_gemm_shape(const Problem& p);
+// Whether the forward can run as one dense GEMM y = x * w over all taps (M = N*H*W pixels,
+// N = Cout*kh*kw, K = Cin) and a col2im pass that sums each output element's taps (one
+// group, strides up to 16, not already dense_gemm_shape; sizes within 32-bit dimensions).
+bool col2im_gemm_shape(const Problem& p);
+// Whether two taps reach one output element ((k-1)*d >= s in either dimension).
+bool taps_overlap(const Problem& p);
+
+// The GEMM + col2im forward's GEMM (Algo::kFwdGemmCol2im): on cuBLAS or on the tensor-core
+// implicit GEMM of the 1x1 problem x * w (fp32 where it takes the channels), its result in
+// fp32 (16-bit x, cuBLAS with an fp32 out_dtype) or x's dtype, and images per chunk: GEMM
+// and col2im run chunk by chunk so the result's buffer stays within kCol2imChunkBytes.
+constexpr int64_t kCol2imChunkBytes = int64_t(32) << 20;
+struct Col2imSplit {
+  bool cublas = true;
+  bool fp32 = false;
+  int64_t images = 1;
+  int64_t image_bytes = 0;  // one image's GEMM result
+};
+Col2imSplit col2im_split(const Query& q);
 
 // An algorithm's conditions: whether it can take the query's pass (fwd, dgrad or wgrad by
 // the algorithm). A launcher may still decline (grid limits, alignment): the glue then

@@ -175,19 +175,21 @@ cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cud
 cudaError_t launch_igemm_split_reduce(const float* ws, int splits, void* dst, const void* bias,
                                       int64_t numel, int64_t C, int64_t inner, DType dt,
                                       cudaStream_t st);
-// The taps of a layer whose taps never overlap (kh <= sh, kw <= sw), scattered from the GEMM
-// y = x * w into the output with the bias (common/layout_kernels.cu; cuBLAS GEMM + scatter
-// forward). y's element (n, c = co*kh*kw + ky*kw + kx, pixel = iy*W + ix) lies at
-// n*ysn + c*ysc + pixel*ysp; rows = N*Cout*Ho (NCHW out) or N*Ho*Wo (chan_last out).
-struct ScatterTapsArgs {
+// The forward's col2im (common/layout_kernels.cu; cuBLAS GEMM + col2im forward):
+// out[n][co][oy][ox] = bias[co] + the sum over the taps (ky, kx) that reach (oy, ox) of the GEMM
+// result y = x * w over all taps. y's element (n, co, tap = ky*kw + kx, pixel = iy*W + ix)
+// lies at n*ysn + co*ysc + tap*yst + pixel*ysp; y is float (y_float: 16-bit x, the GEMM's
+// fp32 result) or of out's dtype. One thread per output element in out's memory order
+// (chan_last: channels fastest, else columns). cudaErrorInvalidValue, nothing launched, where
+// the output has 2^31 or more elements or a stride exceeds 16.
+struct Col2imArgs {
   Problem p;
-  int64_t ysn = 0, ysc = 0, ysp = 0;
+  int64_t ysn = 0, ysc = 0, yst = 0, ysp = 0;
   TensorRef out;
   bool chan_last = false;
-  int64_t rows = 0;
 };
-cudaError_t launch_scatter_taps(const ScatterTapsArgs& a, const void* y, const void* bias,
-                                DType dt, cudaStream_t st);
+cudaError_t launch_col2im_taps(const Col2imArgs& a, const void* y, const void* bias, DType dt,
+                               bool y_float, cudaStream_t st);
 // dst[e] += bias[(e / inner) % C] for the dense dst of numel elements (common/layout_kernels.cu):
 // the cuBLAS forward's bias (inner = H*W for NCHW, taps for a 1x1 input, 1 channels-last).
 cudaError_t launch_add_bias(void* dst, const void* bias, int64_t numel, int64_t C, int64_t inner,

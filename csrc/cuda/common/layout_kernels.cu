@@ -5,6 +5,7 @@
 // elements per access (8- or 16-byte vectors): the scalar version was
 // issue-bound at ~1.1 TB/s (bf16 input 64 x 64 x 128 x 256: 0.46 ms for 0.52 GB).
 #include "cuda/common/kernels.h"
+#include "cuda/common/fast_div.cuh"
 #include "cuda/common/ptx.cuh"
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -406,67 +407,116 @@ cudaError_t run_add_bias(void* dst, const void* bias, int64_t numel, int64_t C, 
   return cudaGetLastError();
 }
 
-// out[n][co][oy][ox] = y[tap of (oy, ox)] + bias[co] for a layer whose taps never overlap
-// (kh <= sh, kw <= sw, dilation 1 where the kernel is wider than 1): output row oy takes
-// input row iy = (oy + ph) / sh through tap ky = (oy + ph) % sh, or nothing where ky >= kh or
-// iy >= H (the bias alone). y holds the GEMM x * w: element (n, c = co*kh*kw + ky*kw + kx,
-// pixel = iy*W + ix) at n*ysn + c*ysc + pixel*ysp. One thread per output element, in the
-// output's memory order: columns (ox; channels-last: co) fastest, one row per grid-y index.
-template <typename T, typename Acc>
-__global__ void __launch_bounds__(256) scatter_taps_kernel(ScatterTapsArgs a,
-                                                           const T* __restrict__ y,
-                                                           const T* __restrict__ bias,
-                                                           T* __restrict__ out) {
-  const Problem& p = a.p;
-  const int64_t cols = a.chan_last ? p.Cout : p.Wo;
-  const int64_t col = int64_t(blockIdx.x) * 256 + threadIdx.x;
-  if (col >= cols) return;
-  for (int64_t row = blockIdx.y; row < a.rows; row += gridDim.y) {
-    int64_t n, co, oy, ox;
-    if (a.chan_last) {  // row = (n, oy, ox)
-      ox = row % p.Wo;
-      const int64_t r2 = row / p.Wo;
-      oy = r2 % p.Ho;
-      n = r2 / p.Ho;
-      co = col;
-    } else {  // row = (n, co, oy)
-      oy = row % p.Ho;
-      const int64_t r2 = row / p.Ho;
-      co = r2 % p.Cout;
-      n = r2 / p.Cout;
-      ox = col;
+// out[n][co][oy][ox] = bias[co] + the sum over the taps (ky, kx) that reach (oy, ox) of the
+// GEMM result y = x * w (col2im): tap ky reaches output row oy from input row
+// iy = (oy + ph - ky*dh) / sh where that division is exact and 0 <= iy < H. y's element
+// (n, co, tap = ky*kw + kx, pixel = iy*W + ix) lies at n*ysn + co*ysc + tap*yst + pixel*ysp.
+// The taps of a row form an arithmetic sequence: from first[r] (r = (oy + ph) mod sh, the
+// host's table) in steps of step, the input row falling by di each step. One thread per
+// output element, in the output's memory order (grid-stride), summed in tap order in Acc
+// (deterministic), rounded once.
+// The kernel's arguments: the caller's, the divisors of the index decode and the tap tables.
+struct Col2imPlan {
+  static constexpr int kMaxStride = 16;
+  Col2imArgs args;
+  int64_t numel = 0;
+  FastDiv div_c, div_h, div_w, div_sh, div_sw;
+  int32_t first_y[kMaxStride], skip_y[kMaxStride], first_x[kMaxStride], skip_x[kMaxStride];
+  int32_t step_y = 1, di_y = 0, step_x = 1, di_x = 0;
+};
+
+template <typename T, typename Y, typename Acc>
+__global__ void __launch_bounds__(256) col2im_taps_kernel(Col2imPlan a, const Y* __restrict__ y,
+                                                          const T* __restrict__ bias,
+                                                          T* __restrict__ out) {
+  const Problem& p = a.args.p;
+  const uint32_t total = uint32_t(a.numel);
+  for (uint32_t e = blockIdx.x * 256u + threadIdx.x; e < total; e += gridDim.x * 256u) {
+    uint32_t n, co, oy, ox, r;
+    if (a.args.chan_last) {  // e = ((n * Ho + oy) * Wo + ox) * Cout + co
+      a.div_c.divmod(e, r, co);
+      a.div_w.divmod(r, r, ox);
+      a.div_h.divmod(r, n, oy);
+    } else {  // e = ((n * Cout + co) * Ho + oy) * Wo + ox
+      a.div_w.divmod(e, r, ox);
+      a.div_h.divmod(r, r, oy);
+      a.div_c.divmod(r, n, co);
     }
-    const int64_t ty = oy + p.ph, tx = ox + p.pw;
-    const int64_t iy = ty / p.sh, ix = tx / p.sw, ky = ty - iy * p.sh, kx = tx - ix * p.sw;
     Acc v = bias ? Acc(bias[co]) : Acc(0);
-    if (ky < p.kh && kx < p.kw && iy < p.H && ix < p.W)
-      v += Acc(y[n * a.ysn + ((co * p.kh + ky) * p.kw + kx) * a.ysc + (iy * p.W + ix) * a.ysp]);
-    out[n * a.out.sn + co * a.out.sc + oy * a.out.sh + ox * a.out.sw] = T(v);
+    const Col2imArgs& g = a.args;
+    const Y* yb = y + int64_t(n) * g.ysn + int64_t(co) * g.ysc;
+    uint32_t qy, ry, qx, rx;
+    a.div_sh.divmod(oy + uint32_t(p.ph), qy, ry);
+    a.div_sw.divmod(ox + uint32_t(p.pw), qx, rx);
+    // first tap ky and its input row; both sequences run while the tap is in the kernel and
+    // the input row is not negative
+    int ky = a.first_y[ry];
+    int iy = int(qy) - a.skip_y[ry];
+    const int kx0 = a.first_x[rx];
+    const int ix0 = int(qx) - a.skip_x[rx];
+    for (; ky < p.kh && iy >= 0; ky += a.step_y, iy -= a.di_y) {
+      if (iy >= p.H) continue;
+      const Y* yr = yb + int64_t(ky * p.kw) * g.yst + int64_t(iy) * p.W * g.ysp;
+      for (int kx = kx0, ix = ix0; kx < p.kw && ix >= 0; kx += a.step_x, ix -= a.di_x)
+        if (ix < p.W) v += Acc(yr[int64_t(kx) * g.yst + int64_t(ix) * g.ysp]);
+    }
+    out[int64_t(n) * g.out.sn + int64_t(co) * g.out.sc + int64_t(oy) * g.out.sh +
+        int64_t(ox) * g.out.sw] = T(v);
   }
 }
 
-template <typename T, typename Acc>
-cudaError_t run_scatter_taps(const ScatterTapsArgs& a, const void* y, const void* bias,
-                             cudaStream_t st) {
-  const int64_t cols = a.chan_last ? a.p.Cout : a.p.Wo;
-  const int64_t gx = (cols + 255) / 256;
-  if (gx > 0x7fffffffLL) return cudaErrorInvalidValue;
-  const int64_t gy = std::min<int64_t>(a.rows, 65535);
-  scatter_taps_kernel<T, Acc><<<dim3(unsigned(gx), unsigned(gy)), 256, 0, st>>>(
-      a, static_cast<const T*>(y), static_cast<const T*>(bias), static_cast<T*>(a.out.ptr));
+template <typename T, typename Y, typename Acc>
+cudaError_t run_col2im_taps(const Col2imPlan& a, const void* y, const void* bias,
+                            cudaStream_t st) {
+  const int64_t blocks = std::min<int64_t>((a.numel + 255) / 256, 132 * 32);
+  col2im_taps_kernel<T, Y, Acc><<<unsigned(blocks), 256, 0, st>>>(
+      a, static_cast<const Y*>(y), static_cast<const T*>(bias), static_cast<T*>(a.args.out.ptr));
   return cudaGetLastError();
+}
+
+// One dimension's tap table (make_phase_dim per residue r of (o + pad) mod s): the first tap
+// k with k*d = r (mod s), or k = kernel (none), and how far its input index lies below
+// (o + pad) / s; taps then step by s / gcd(s, d), the input index falling by step*d / s.
+bool tap_table(int64_t s, int64_t d, int64_t k, int32_t* first, int32_t* skip, int32_t& step,
+               int32_t& di) {
+  if (s < 1 || s > Col2imPlan::kMaxStride || d < 1 || k < 1) return false;
+  for (int64_t r = 0; r < s; ++r) {
+    const PhaseDim pd = make_phase_dim(r, s, 0, d, k, 1);
+    first[r] = int32_t(pd.ntap > 0 ? pd.k0 : k);
+    skip[r] = int32_t(pd.koff0);
+    step = int32_t(pd.kstep);
+    di = int32_t(pd.koff_step);
+  }
+  return true;
 }
 
 }  // namespace
 
-cudaError_t launch_scatter_taps(const ScatterTapsArgs& a, const void* y, const void* bias,
-                                DType dt, cudaStream_t st) {
-  if (a.rows == 0 || a.p.Cout == 0 || a.p.Wo == 0) return cudaSuccess;
+cudaError_t launch_col2im_taps(const Col2imArgs& args, const void* y, const void* bias,
+                               DType dt, bool y_float, cudaStream_t st) {
+  Col2imPlan a;
+  a.args = args;
+  const Problem& p = args.p;
+  a.numel = p.N * p.Cout * p.Ho * p.Wo;
+  if (a.numel == 0) return cudaSuccess;
+  if (a.numel > 0x7fffffffLL || p.Ho + p.ph > 0x7fffffffLL || p.Wo + p.pw > 0x7fffffffLL ||
+      !tap_table(p.sh, p.dh, p.kh, a.first_y, a.skip_y, a.step_y, a.di_y) ||
+      !tap_table(p.sw, p.dw, p.kw, a.first_x, a.skip_x, a.step_x, a.di_x))
+    return cudaErrorInvalidValue;
+  a.div_c = FastDiv(uint32_t(p.Cout));
+  a.div_h = FastDiv(uint32_t(p.Ho));
+  a.div_w = FastDiv(uint32_t(p.Wo));
+  a.div_sh = FastDiv(uint32_t(p.sh));
+  a.div_sw = FastDiv(uint32_t(p.sw));
   switch (dt) {
-    case DType::kHalf: return run_scatter_taps<__half, float>(a, y, bias, st);
-    case DType::kBFloat16: return run_scatter_taps<__nv_bfloat16, float>(a, y, bias, st);
-    case DType::kFloat: return run_scatter_taps<float, float>(a, y, bias, st);
-    case DType::kDouble: return run_scatter_taps<double, double>(a, y, bias, st);
+    case DType::kHalf:
+      return y_float ? run_col2im_taps<__half, float, float>(a, y, bias, st)
+                     : run_col2im_taps<__half, __half, float>(a, y, bias, st);
+    case DType::kBFloat16:
+      return y_float ? run_col2im_taps<__nv_bfloat16, float, float>(a, y, bias, st)
+                     : run_col2im_taps<__nv_bfloat16, __nv_bfloat16, float>(a, y, bias, st);
+    case DType::kFloat: return run_col2im_taps<float, float, float>(a, y, bias, st);
+    case DType::kDouble: return run_col2im_taps<double, double, double>(a, y, bias, st);
   }
   return cudaErrorInvalidValue;
 }

@@ -1446,13 +1446,12 @@ _GATHER_OVERLAP_CFGS = [
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-ieee"])
 @pytest.mark.parametrize("cfg", _GATHER_CFGS + _GATHER_OVERLAP_CFGS, ids=lambda c: c.id())
 def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
-    """Backward with NCHW grad_output, forced through the tap gather (no more taps than stride
-    phases, or overlapping taps on few pixels: an im2col), runs the gather and the 1x1 kernels,
-    and every gradient matches the float64 reference (x
-    channels-last too; the gradients keep torch's layouts, which check() compares). A
-    channels-last grad_output (as autograd gives for channels-last x) keeps the strided path,
-    which reads it without a copy. The gather is forced (bwd:tap_gather): the planner declines it
-    on small images where kernel == stride (test_tap_gathered_planned)."""
+    """Backward forced through the tap gather (no more taps than stride phases, or overlapping
+    taps on few pixels: an im2col) runs the gather and the 1x1 kernels, and every gradient
+    matches the float64 reference (x channels-last too; the gradients keep torch's layouts,
+    which check() compares). A channels-last grad_output (as autograd gives for channels-last
+    x) is gathered through its strides. The gather is forced (bwd:tap_gather): the planner
+    declines it on small images where kernel == stride (test_tap_gathered_planned)."""
     _algo(monkeypatch, "bwd:tap_gather")
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
     x, w, b = cfg.make(dt, "cuda")
@@ -1469,12 +1468,78 @@ def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
         names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
                                                                  [True, True, False]))
         assert any("tap_gather_kernel" in n for n in names), (cfg.id(), names)
-        if layout == "nhwc":
+        if layout == "nhwc":  # a channels-last grad_output is gathered through its strides
             gy = gy.contiguous(memory_format=torch.channels_last)
             names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
                                                                      [True, True, False]))
-            assert not any("tap_gather_kernel" in n for n in names), (cfg.id(), names)
+            assert any("tap_gather_kernel" in n for n in names), (cfg.id(), names)
         check(x, w, b, cfg.kwargs(), backward=True, what=f"gather {dtype} {layout} ")
+
+
+# Few output channels from many input channels (the im2col of grad_output at most a few times
+# x): an RGB head (k4 s2 p1, bias); a super-resolution layer whose gathered columns (1 x 81)
+# are padded to whole chunks; two groups of 3 outputs (27 columns each, padded per group);
+# k=(3, 5) with dilation (2, 1) and stride (1, 2), 75 columns; a keypoint-like head with a
+# partial pixel tile (N*H*W = 3 * 7 * 9).
+_GATHER_FEW_OUT_CFGS = [
+    Cfg(2, 64, 3, 9, 7, k=4, stride=2, padding=1, bias=True),
+    Cfg(2, 56, 1, 8, 6, k=9, stride=3, padding=4, output_padding=2, bias=True),
+    Cfg(2, 64, 6, 5, 6, k=3, stride=2, groups=2),
+    Cfg(1, 32, 5, 10, 4, k=(3, 5), stride=(1, 2), padding=(1, 2), dilation=(2, 1)),
+    Cfg(3, 128, 17, 7, 9, k=4, stride=2, padding=1, bias=True),
+]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "fp32-ieee"])
+@pytest.mark.parametrize("cfg", _GATHER_FEW_OUT_CFGS, ids=lambda c: c.id())
+def test_backward_tap_gather_few_outputs(cfg, dtype, layout, monkeypatch):
+    """The tap gather forced on few-output layers: gathered columns padded with zeros to whole
+    16-byte chunks (per group), grad_output read NCHW and channels-last, x in either layout;
+    every gradient, together and alone, on poisoned memory against the float64 reference,
+    and the gather kernel ran."""
+    _algo(monkeypatch, "bwd:tap_gather")
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+    x, w, b = cfg.make(dt, "cuda")
+    if layout == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+    flags = _tf32_off() if dtype == "fp32-ieee" else torch.backends.cudnn.flags(
+        enabled=True, allow_tf32=True)
+    k = cfg.kwargs()
+    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
+            list(k["dilation"])]
+    with flags:
+        for go_layout in (torch.contiguous_format, torch.channels_last):
+            gy = torch.randn(cfg.out_shape(), device="cuda", dtype=dt).contiguous(
+                memory_format=go_layout)
+            names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
+                                                                     [True, True, False]))
+            assert any("tap_gather_kernel" in n for n in names), (cfg.id(), names)
+            what = f"gather few-out {dtype} {layout} go {go_layout} "
+            check(x, w, b, k, backward=True, gy=gy, what=what)
+            assert _ran("bwd") == "tap_gather", convt2d.last_algorithms()
+            ran = {"bwd": "tap_gather", "dgrad": _ran("dgrad"), "wgrad": _ran("wgrad")}
+            _masked_backward_check(cfg, x, w, gy, what, ran)
+
+
+def test_tap_gather_few_outputs_planned(monkeypatch):
+    """The planner gathers few-output layers whose im2col is at most twice x and x has 2^19+
+    elements (either grad_output layout); smaller layers and larger im2cols stay strided."""
+    _algo(monkeypatch, None)
+    cases = [  # (cfg, dtype, channels-last, expected transform)
+        (Cfg(8, 64, 3, 32, 32, k=4, stride=2, padding=1), torch.float32, False, "tap_gather"),
+        (Cfg(8, 64, 3, 32, 32, k=4, stride=2, padding=1), torch.bfloat16, True, "tap_gather"),
+        (Cfg(8, 56, 1, 48, 48, k=9, stride=3, padding=4, output_padding=2, bias=True),
+         torch.bfloat16, False, "tap_gather"),
+        (Cfg(2, 64, 3, 16, 16, k=4, stride=2, padding=1), torch.float32, False, "strided"),
+        (Cfg(8, 64, 16, 32, 32, k=4, stride=2, padding=1), torch.float32, False, "strided"),
+    ]
+    for cfg, dt, cl, want in cases:
+        x, w, b = cfg.make(dt, "cuda")
+        if cl:
+            x = x.contiguous(memory_format=torch.channels_last)
+        check(x, w, b, cfg.kwargs(), what=f"planned {cfg.id()} {dt} ")
+        assert _ran("bwd") == want, (cfg.id(), dt, convt2d.last_algorithms())
 
 
 def _masked_backward_check(cfg, x, w, gy, what, ran, masks=("gi", "gw")):
@@ -2128,6 +2193,19 @@ def test_gemm_col2im_planned(monkeypatch):
     for cfg in (Cfg(2, 64, 56, 16, 16, k=9, stride=2), Cfg(2, 128, 4, 7, 7, k=7, stride=1, padding=3)):
         x, w, b = cfg.make(torch.bfloat16, "cuda")
         check(x, w, b, cfg.kwargs(), what="col2im declined (overlap) ", backward=False)
+        assert _ran("fwd") != "gemm_col2im", convt2d.last_algorithms()
+    # A tiny 16-bit layer with many input channels (a pix2pix bottleneck): taken in bf16 (and
+    # fp16), not in fp32, not for a strided 1x1 kernel.
+    if _MM_FP32_OUT:
+        tiny = Cfg(2, 256, 64, 4, 4, k=4, stride=2, padding=1)
+        for dt in (torch.bfloat16, torch.float16, torch.float32):
+            x, w, b = tiny.make(dt, "cuda")
+            check(x, w, b, tiny.kwargs(), what=f"col2im tiny {dt} ", backward=False)
+            assert (_ran("fwd") == "gemm_col2im") == (dt != torch.float32), \
+                convt2d.last_algorithms()
+        one = Cfg(2, 256, 64, 4, 4, k=1, stride=2)
+        x, w, b = one.make(torch.bfloat16, "cuda")
+        check(x, w, b, one.kwargs(), what="col2im tiny 1x1 ", backward=False)
         assert _ran("fwd") != "gemm_col2im", convt2d.last_algorithms()
     x, w, b = rgb.make(torch.bfloat16, "cuda")
     was = torch.are_deterministic_algorithms_enabled()

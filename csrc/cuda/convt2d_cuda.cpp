@@ -924,28 +924,38 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
 
   // The backward transform (planner): grad_output gathered per tap (common/layout_kernels.cu,
   // channels-last; with overlapping taps an im2col) makes both gradients 1x1 problems over
-  // Cout*kh*kw channels, with the weight viewed as [Cin][Cog*kh*kw][1][1].
+  // groups*Kgp channels (Kgp: Cout/groups*kh*kw padded with zero columns to whole 16-byte
+  // chunks), with the weight viewed as [Cin][Kgp][1][1] (zero-padded likewise).
   const int64_t kk = p.kh * p.kw;
   bool gathered = false;
   const Algo transform = cuda::plan_backward_transform(
       query(p, grad_output, input, output_mask[0], output_mask[1]), ov.get(Pass::kBackward));
   if (transform == Algo::kTapGather || transform == Algo::kTapGatherCublas) {
+    const int64_t kg = p.cout_g() * kk, kgp = cuda::padded_channels(kg, dt);
     Problem p1 = p;
-    p1.Cout = p.Cout * kk;
+    p1.Cout = p.groups * kgp;
     p1.Ho = p.H; p1.Wo = p.W;
     p1.kh = p1.kw = p1.sh = p1.sw = p1.dh = p1.dw = 1;
     p1.ph = p1.pw = p1.oph = p1.opw = 0;
     auto g2 = at::empty({p.N, p1.Cout, p.H, p.W},
                         grad_output.options().memory_format(at::MemoryFormat::ChannelsLast));
-    const cudaError_t e = cuda::launch_tap_gather(grad_output.data_ptr(), g2.data_ptr(), p,
-                                                  int(grad_output.element_size()), st);
+    const int64_t gs[4] = {grad_output.stride(0), grad_output.stride(1), grad_output.stride(2),
+                           grad_output.stride(3)};
+    const cudaError_t e = cuda::launch_tap_gather(grad_output.data_ptr(), gs, g2.data_ptr(), p,
+                                                  kgp, int(grad_output.element_size()), st);
     if (e != cudaErrorInvalidValue) {
       check_launch(e, "grad_output tap gather");
       gathering = true;
       gather_cublas = transform == Algo::kTapGatherCublas;
-      std::tie(gi, gw) = grads(g2, weight.contiguous().view({p.Cin, p.cout_g() * kk, 1, 1}), p1,
-                               input, output_mask[0], output_mask[1]);
-      if (gw.defined() && gw.numel() > 0) gw = gw.view(weight.sizes());
+      at::Tensor w1 = weight.contiguous().view({p.Cin, kg});
+      if (kgp != kg) w1 = at::constant_pad_nd(w1, {0, kgp - kg});
+      std::tie(gi, gw) = grads(g2, w1.view({p.Cin, kgp, 1, 1}), p1, input, output_mask[0],
+                               output_mask[1]);
+      if (gw.defined()) {
+        gw = gw.view({p.Cin, kgp});
+        if (kgp != kg) gw = gw.narrow(1, 0, kg).contiguous();
+        gw = gw.view(weight.sizes());
+      }
       gathered = true;
     }
   }

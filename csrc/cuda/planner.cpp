@@ -450,6 +450,10 @@ bool gather_permutes(const Problem& p) {
 // Overlapping taps (an im2col of grad_output): the gathered elements, N*H*W*Cout*kh*kw, at
 // most 2.5x the weight's, Cin*Cout/groups*kh*kw (few pixels against many input channels).
 bool gather_weight_sized(const Problem& p) { return 2 * p.N * p.H * p.W <= 5 * p.cin_g(); }
+// ... or at most 4x x's, N*H*W*Cin (few output channels from many input channels).
+bool gather_input_sized(const Problem& p) {
+  return p.cout_g() * p.kh * p.kw <= 4 * p.cin_g();
+}
 
 bool can_implement(Algo a, const Query& q) {
   const Problem& p = q.p;
@@ -530,19 +534,18 @@ bool can_implement(Algo a, const Query& q) {
       return p.N * p.H * p.W > 0 && p.Cin * p.cout_g() * p.kh * p.kw > 0;
     case Algo::kTapGather: {
       // A permutation of grad_output (gather_permutes), or with overlapping taps an im2col no
-      // larger than 2.5x the weight (gather_weight_sized); strides, paddings, dilations below
-      // 2^20 and kernel sizes below 2^10 (the gather kernel's 32-bit ints); the 1x1 problems'
-      // channels in whole 16-byte chunks; NCHW grad_output (a channels-last one is read as it
-      // is by the strided problem).
+      // larger than 2.5x the weight (gather_weight_sized) or than x (gather_input_sized);
+      // strides, paddings, dilations below 2^20 and kernel sizes below 2^10 (the gather
+      // kernel's 32-bit ints); the 1x1 problems' input channels in whole 16-byte chunks (their
+      // gathered channels are padded to them).
       const int64_t kk = p.kh * p.kw;
       const int64_t big = int64_t(1) << 20;
       return (q.want_gi || q.want_gw) && tensor_cores(q) &&
-             (gather_permutes(p) || (kk > p.sh * p.sw && gather_weight_sized(p))) &&
-             p.sh < big &&
-             p.sw < big && p.ph < big && p.pw < big && p.dh < big && p.dw < big &&
-             p.kh < (1 << 10) && p.kw < (1 << 10) && (p.Cout * kk) % 4 == 0 &&
-             p.N <= 65535 && q.go_nchw && p.N * p.Cin * p.H * p.W > 0 &&
-             p.cin_g() % chunk_elems(q.dt) == 0 && (p.cout_g() * kk) % chunk_elems(q.dt) == 0;
+             (gather_permutes(p) ||
+              (kk > p.sh * p.sw && (gather_weight_sized(p) || gather_input_sized(p)))) &&
+             p.sh < big && p.sw < big && p.ph < big && p.pw < big && p.dh < big && p.dw < big &&
+             p.kh < (1 << 10) && p.kw < (1 << 10) && p.N <= 65535 &&
+             p.N * p.Cin * p.H * p.W > 0 && p.cin_g() % chunk_elems(q.dt) == 0;
     }
     case Algo::kTapGatherCublas: {  // one group; the 1x1 problems' GEMMs within cuBLAS's ints
       const int64_t lim = (int64_t(1) << 31) - 1, kk = p.kh * p.kw;
@@ -609,6 +612,15 @@ bool col2im_preferred(const Query& q) {
                              double(p.N * p.Cout * p.Ho * p.Wo));
   const double compute = 2.0 * m * cols * double(p.Cin) / kCublasFp32Rate;
   return compute <= std::max(1.25 * bytes / kBandwidth, 10e-6);
+}
+
+// A tiny 16-bit layer for the GEMM + col2im forward (forward_rules).
+bool tiny_col2im(const Query& q) {
+  const Problem& p = q.p;
+  const bool sixteen = q.dt == DType::kHalf || q.dt == DType::kBFloat16;
+  const double ycols = double(p.N * p.H * p.W) * double(p.Cout * p.kh * p.kw);
+  return sixteen && ycols <= double(1 << 22) && p.Cin >= 128 && p.Cout > 8 &&
+         p.kh * p.kw > 1;
 }
 
 // Strided 1x1 kernels on stride phases of at most 16x16 pixels with 32 or more input channels
@@ -680,6 +692,19 @@ std::vector<Algo> forward_rules(const Query& q) {
   // halo kernel's 3xFP16 (0.71 vs 0.69 ms on a U-Net decoder layer).
   if (can_implement(Algo::kPatchGemm, q) && q.math != MathMode::kIEEE)
     seq.push_back(Algo::kPatchGemm);
+  // Tiny 16-bit layers that would run the per-phase implicit GEMM (the GEMM + col2im's result
+  // at most 2^22 elements, 128+ input channels, 9+ outputs, kernels larger than 1x1: a
+  // generator's or decoder's first layers, pix2pix's bottleneck): the implicit GEMM's few
+  // tiles per phase leave most SMs idle over a long reduction (Cin x taps), while cuBLAS's
+  // one GEMM over all taps spreads the columns (Cout*kh*kw) over the GPU and the col2im
+  // moves a few MB. Tuning seed 1 (layers of up to 4096 pixels, one group) + zoo, bf16: 41
+  // such rows, the implicit GEMM took geomean 1.66x its time (0.89-3.65x; pix2pix 1024 ->
+  // 512 on 8x8 images 107 -> 51 us), below torch on 20 rows before and 1 after. One strided
+  // 1x1 kernel lost 5x (256 -> 192 on 104 pixels, unexplained): 1x1 kernels stay. fp32 gained
+  // nothing (geomean 1.06x, 0.76-3.8x): cuBLAS's fp32 GEMM runs IEEE or the TF32 implicit
+  // GEMM of the 1x1 problem has the same idle tiles.
+  if (seq.empty() && tiny_col2im(q) && can_implement(Algo::kFwdGemmCol2im, q))
+    seq.push_back(Algo::kFwdGemmCol2im);
   seq.push_back(Algo::kImplicitGemm);
   return seq;
 }
@@ -780,11 +805,34 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
     //   with 32+ input channels and 128+ gathered channels (Cout/groups x taps) per group.
     const int64_t pix = p.N * p.H * p.W, kk = p.kh * p.kw;
     const bool sixteen = q.dt == DType::kHalf || q.dt == DType::kBFloat16;
-    if (can_implement(Algo::kTapGatherCublas, q) && p.Cin * p.Cout * kk >= (int64_t(1) << 22) &&
+    // (These two rules were measured with NCHW grad_output and Cout/groups*kh*kw in whole
+    // chunks only.)
+    const bool measured = q.go_nchw && (p.cout_g() * kk) % chunk_elems(q.dt) == 0;
+    if (measured && can_implement(Algo::kTapGatherCublas, q) &&
+        p.Cin * p.Cout * kk >= (int64_t(1) << 22) &&
         (16 * pix <= p.Cin || (sixteen && 2 * pix <= 5 * p.Cin && p.Cout * kk <= 65536)))
       return Algo::kTapGatherCublas;
-    return 2 * pix <= p.cin_g() && p.cin_g() >= 32 && p.cout_g() * kk >= 128 ? Algo::kTapGather
-                                                                          : Algo::kStrided;
+    // - Few output channels from many input channels (the im2col at most twice x, or 3x
+    //   with at most 8 outputs per group; x at least 2^19 elements; either layout, any
+    //   Cout/groups*kh*kw, padded): the strided problem's GEMMs have N (grad_input) or M
+    //   (grad_weight) = Cout/groups, padded to a tile of 32+ and re-reading x per phase,
+    //   while the gathered problem reads x once per gradient with the taps in the GEMMs' K
+    //   (grad_input) or N (grad_weight). Tuning seed 1 (every overlapping-tap layer with an
+    //   im2col up to 4x x, 72 layers) + 8 zoo layers, fp32 and bf16: with the im2col at most
+    //   twice x, 93 rows, strided took geomean 1.80x the gather's time (up to 7.2x: 1024 -> 4
+    //   k=16 channels-last bf16; 384 -> 1 k=9 on 32x32 images fp32 929 -> 192 us), 7 rows
+    //   slower (0.82-0.99x); the keypoint head 1319 -> 592 us fp32. Below 2^19 elements 6 of
+    //   22 rows lost (down to 0.30x, 11-77 us layers: the extra launches cost more than they
+    //   save); with larger im2cols 18 of 31 lost (0.45-0.97x), all with 16+ outputs per
+    //   group. Validation seed 2 agreed, and showed layers of 1-3 outputs with im2cols 2-3x x
+    //   left strided 1.6-2.6x slower than gathered: the 3x bound for 8 outputs or fewer.
+    const int64_t cols = p.cout_g() * kk;
+    if ((cols <= 2 * p.cin_g() || (p.cout_g() <= 8 && cols <= 3 * p.cin_g())) &&
+        pix * p.Cin >= (int64_t(1) << 19))
+      return Algo::kTapGather;
+    return measured && 2 * pix <= p.cin_g() && p.cin_g() >= 32 && p.cout_g() * kk >= 128
+               ? Algo::kTapGather
+               : Algo::kStrided;
   }
   // Kernel == stride (the gather copies all of grad_output) on images of at most 256 pixels
   // with 32+ input channels: the strided problem's one channels-last copy measured faster
@@ -793,6 +841,8 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   // 349 -> 190 us; on larger images, fewer channels or kernels smaller than the stride the
   // gather won, up to 2.9x).
   if (p.kh == p.sh && p.kw == p.sw && p.H * p.W <= 256 && p.Cin >= 32) return Algo::kStrided;
+  // (Measured with NCHW grad_output and Cout/groups*kh*kw in whole chunks only.)
+  if (!q.go_nchw || (p.cout_g() * p.kh * p.kw) % chunk_elems(q.dt) != 0) return Algo::kStrided;
   return Algo::kTapGather;
 }
 

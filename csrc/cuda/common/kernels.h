@@ -343,13 +343,14 @@ cudaError_t launch_nchw_to_nhwc(const void* src, void* dst, int64_t N, int64_t C
 cudaError_t launch_nchw_to_nhwc_if(const void* src, void* dst, int64_t N, int64_t C, int64_t HW,
                                    const int* run_if, cudaStream_t st);
 
-// Tap gather of NCHW-contiguous grad_output into channels-last dst [N][H][W][Cout*kh*kw]
-// (common/layout_kernels.cu): dst[n][y][x][c*kh*kw + ky*kw + kx] = gout[n][c][y*sh - ph + ky*dh]
-// [x*sw - pw + kx*dw], zero outside; the backward's 1x1 view when kh*kw <= sh*sw.
-// cudaErrorInvalidValue: not taken (Cout*kh*kw not a multiple of 4, grid limits,
-// dst alignment), nothing launched.
-cudaError_t launch_tap_gather(const void* gout, void* dst, const Problem& p, int elem_bytes,
-                              cudaStream_t st);
+// Tap gather of grad_output (any strides: NCHW, channels-last) into channels-last dst
+// [N][H][W][groups*kgp] (common/layout_kernels.cu): per group g, column c*kh*kw + ky*kw + kx
+// (c < Cout/groups) = gout[n][g*Cout/groups + c][y*sh - ph + ky*dh][x*sw - pw + kx*dw], zero
+// outside and in the padding columns up to kgp; the backward's 1x1 view of the problem.
+// cudaErrorInvalidValue: not taken (groups*kgp not a multiple of 4, kgp < Cout/groups*kh*kw,
+// grid limits, dst alignment), nothing launched.
+cudaError_t launch_tap_gather(const void* gout, const int64_t (&strides)[4], void* dst,
+                              const Problem& p, int64_t kgp, int elem_bytes, cudaStream_t st);
 
 // out[g][c][b][a] = in[g][a][b][c], both contiguous, 2- or 4-byte elements, C <= 256
 // (common/layout_kernels.cu; the weight packing). cudaErrorInvalidValue: not taken, nothing launched.

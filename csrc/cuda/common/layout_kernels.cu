@@ -170,16 +170,20 @@ cudaError_t run(const void* src, void* dst, int64_t N, int64_t C, int64_t HW, cu
   return cudaGetLastError();
 }
 
-// Tap gather of grad_output for the backward: dst[n][y][x][c*kk + ky*kw + kx] =
-// gout[n][c][y*sh - ph + ky*dh][x*sw - pw + kx*dw] (zero outside), channels-last with
-// C2 = Cout*kk channels, so both gradients become 1x1 problems over C2 channels (no more taps
-// than stride phases: a permutation of grad_output; overlapping taps: its im2col). A block
-// gathers 64 pixels of one image (flattened y*W + x, so that small images fill the tile)
-// and 64 channels c2: a per-channel table (channel plane, row and column offsets) first,
-// then 16 reads per thread with lanes along the pixels (stride sw within a row; the other
-// taps of the same columns hit L1), and the tile leaves as 4-channel vectors (store_tile_c4).
+// Tap gather of grad_output for the backward: dst[n][y][x][g*Kgp + j] with j = c*kk + ky*kw +
+// kx (c an output channel of group g) = gout[n][g*Cout_g + c][y*sh - ph + ky*dh][x*sw - pw +
+// kx*dw] (zero outside, and zero for the padding columns Kg <= j < Kgp), channels-last, so
+// both gradients become 1x1 problems over C2 = groups*Kgp channels (no more taps than stride
+// phases: a permutation of grad_output; overlapping taps: its im2col). grad_output is read
+// through its strides (NCHW or channels-last). A block gathers 64 pixels of one image
+// (flattened y*W + x, so that small images fill the tile) and 64 channels c2: a per-channel
+// table (channel plane, row and column offsets) first, then 16 reads per thread with lanes
+// along the pixels (stride sw within a row; the other taps of the same columns hit L1), and
+// the tile leaves as 4-channel vectors (store_tile_c4).
 struct TapGatherArgs {
-  int64_t Cout, Ho, Wo, HW, C2, W;
+  int64_t Ho, Wo, HW, C2, W;
+  int64_t sN, sC, sH, sW;  // grad_output's strides (elements)
+  int64_t Kg, Kgp, cout_g;  // gathered columns per group, padded to Kgp
   int kk, kw, sh, sw, ph, pw, dh, dw;
 };
 
@@ -197,10 +201,11 @@ __global__ void __launch_bounds__(256) tap_gather_kernel(const U* __restrict__ s
     const int c = threadIdx.x;
     int64_t pl = -1;
     int ry = 0, cx = 0;
-    if (c < cr) {
-      const int64_t cc = c0 + c, co = cc / a.kk;
-      const int t = int(cc - co * a.kk), ky = t / a.kw, kx = t - ky * a.kw;
-      pl = (n * a.Cout + co) * a.Ho * a.Wo;
+    const int64_t cc = c0 + c, g = cc / a.Kgp, j = cc - g * a.Kgp;
+    if (c < cr && j < a.Kg) {
+      const int64_t cg = j / a.kk;
+      const int t = int(j - cg * a.kk), ky = t / a.kw, kx = t - ky * a.kw;
+      pl = n * a.sN + (g * a.cout_g + cg) * a.sC;
       ry = ky * a.dh - a.ph;
       cx = kx * a.dw - a.pw;
     }
@@ -217,7 +222,7 @@ __global__ void __launch_bounds__(256) tap_gather_kernel(const U* __restrict__ s
     const int c = cb + 4 * it;
     const int64_t pl = plane[c], iy = ys + rowoff[c], ix = xs + coloff[c];
     v[it] = (q < pr && pl >= 0 && iy >= 0 && iy < a.Ho && ix >= 0 && ix < a.Wo)
-                ? src[pl + iy * a.Wo + ix]
+                ? src[pl + iy * a.sH + ix * a.sW]
                 : U(0);
   }
 #pragma unroll
@@ -227,15 +232,18 @@ __global__ void __launch_bounds__(256) tap_gather_kernel(const U* __restrict__ s
 }
 
 template <typename U>
-cudaError_t run_tap_gather(const void* src, void* dst, const Problem& p, cudaStream_t st) {
+cudaError_t run_tap_gather(const void* src, const int64_t (&strides)[4], void* dst,
+                           const Problem& p, int64_t kgp, cudaStream_t st) {
   TapGatherArgs a;
-  a.Cout = p.Cout; a.Ho = p.Ho; a.Wo = p.Wo; a.HW = p.H * p.W; a.W = p.W;
-  a.kk = int(p.kh * p.kw); a.kw = int(p.kw); a.C2 = p.Cout * a.kk;
+  a.Ho = p.Ho; a.Wo = p.Wo; a.HW = p.H * p.W; a.W = p.W;
+  a.sN = strides[0]; a.sC = strides[1]; a.sH = strides[2]; a.sW = strides[3];
+  a.kk = int(p.kh * p.kw); a.kw = int(p.kw);
+  a.cout_g = p.cout_g(); a.Kg = a.cout_g * a.kk; a.Kgp = kgp; a.C2 = p.groups * kgp;
   a.sh = int(p.sh); a.sw = int(p.sw); a.ph = int(p.ph); a.pw = int(p.pw);
   a.dh = int(p.dh); a.dw = int(p.dw);
   const int64_t gx = (a.HW + kTile - 1) / kTile, gy = (a.C2 + kTile - 1) / kTile;
   constexpr uintptr_t va = 4 * sizeof(U);
-  if (a.C2 % 4 || gx > 0x7fffffffLL || gy > 65535 || p.N > 65535 ||
+  if (a.C2 % 4 || kgp < a.Kg || gx > 0x7fffffffLL || gy > 65535 || p.N > 65535 ||
       reinterpret_cast<uintptr_t>(dst) % va)
     return cudaErrorInvalidValue;
   tap_gather_kernel<U><<<dim3(unsigned(gx), unsigned(gy), unsigned(p.N)), 256, 0, st>>>(
@@ -581,12 +589,12 @@ cudaError_t fill_src_nhwc(const IgemmParams& prm, const int* run_if, cudaStream_
                 : launch_nchw_to_nhwc(prm.src_nchw.ptr, prm.src.ptr, p.N, p.Cin, p.H * p.W, 4, st);
 }
 
-cudaError_t launch_tap_gather(const void* gout, void* dst, const Problem& p, int elem_bytes,
-                              cudaStream_t st) {
+cudaError_t launch_tap_gather(const void* gout, const int64_t (&strides)[4], void* dst,
+                              const Problem& p, int64_t kgp, int elem_bytes, cudaStream_t st) {
   if (p.N == 0 || p.H == 0 || p.W == 0 || p.Cout == 0) return cudaSuccess;
   switch (elem_bytes) {
-    case 2: return run_tap_gather<uint16_t>(gout, dst, p, st);
-    case 4: return run_tap_gather<uint32_t>(gout, dst, p, st);
+    case 2: return run_tap_gather<uint16_t>(gout, strides, dst, p, kgp, st);
+    case 4: return run_tap_gather<uint32_t>(gout, strides, dst, p, kgp, st);
   }
   return cudaErrorInvalidValue;
 }

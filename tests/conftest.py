@@ -288,6 +288,13 @@ def poison(device, nbytes: int, value: float = float("nan")):
     if device.type == "cuda":
         idx = device.index if device.index is not None else torch.cuda.current_device()
         torch.cuda.synchronize(idx)
+        # Each call adds a fresh block to the allocator's cache (every cached block is held
+        # while it is made), so over a whole test run the cache would fill the GPU: give it
+        # back once it holds half the memory (the next allocations then come from the fresh,
+        # poisoned block, as documented).
+        total = torch.cuda.get_device_properties(idx).total_memory
+        if torch.cuda.memory_reserved(idx) > total // 2:
+            torch.cuda.empty_cache()
         with torch.cuda.device(idx):
             sizes = []
             for seg in torch.cuda.memory_snapshot():

@@ -187,7 +187,8 @@ struct TapGatherArgs {
   int kk, kw, sh, sw, ph, pw, dh, dw;
 };
 
-template <typename U>
+// kUnitW: grad_output's W stride is 1 (NCHW), the index math of the contiguous case.
+template <typename U, bool kUnitW>
 __global__ void __launch_bounds__(256) tap_gather_kernel(const U* __restrict__ src,
                                                          U* __restrict__ dst, TapGatherArgs a) {
   __shared__ U tile[kTile][kTile + 2];
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(256) tap_gather_kernel(const U* __restrict__ s
     const int c = cb + 4 * it;
     const int64_t pl = plane[c], iy = ys + rowoff[c], ix = xs + coloff[c];
     v[it] = (q < pr && pl >= 0 && iy >= 0 && iy < a.Ho && ix >= 0 && ix < a.Wo)
-                ? src[pl + iy * a.sH + ix * a.sW]
+                ? src[pl + iy * a.sH + (kUnitW ? ix : ix * a.sW)]
                 : U(0);
   }
 #pragma unroll
@@ -246,8 +247,13 @@ cudaError_t run_tap_gather(const void* src, const int64_t (&strides)[4], void* d
   if (a.C2 % 4 || kgp < a.Kg || gx > 0x7fffffffLL || gy > 65535 || p.N > 65535 ||
       reinterpret_cast<uintptr_t>(dst) % va)
     return cudaErrorInvalidValue;
-  tap_gather_kernel<U><<<dim3(unsigned(gx), unsigned(gy), unsigned(p.N)), 256, 0, st>>>(
-      static_cast<const U*>(src), static_cast<U*>(dst), a);
+  const dim3 grid(unsigned(gx), unsigned(gy), unsigned(p.N));
+  if (a.sW == 1)
+    tap_gather_kernel<U, true><<<grid, 256, 0, st>>>(static_cast<const U*>(src),
+                                                      static_cast<U*>(dst), a);
+  else
+    tap_gather_kernel<U, false><<<grid, 256, 0, st>>>(static_cast<const U*>(src),
+                                                       static_cast<U*>(dst), a);
   return cudaGetLastError();
 }
 

@@ -1473,20 +1473,21 @@ def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
             names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
                                                                      [True, True, False]))
             assert any("tap_gather_kernel" in n for n in names), (cfg.id(), names)
-        check(x, w, b, cfg.kwargs(), backward=True, what=f"gather {dtype} {layout} ")
+        check(x, w, b, cfg.kwargs(), backward=True, gy=gy, what=f"gather {dtype} {layout} ")
 
 
 # Few output channels from many input channels (the im2col of grad_output at most a few times
 # x): an RGB head (k4 s2 p1, bias); a super-resolution layer whose gathered columns (1 x 81)
 # are padded to whole chunks; two groups of 3 outputs (27 columns each, padded per group);
 # k=(3, 5) with dilation (2, 1) and stride (1, 2), 75 columns; a keypoint-like head with a
-# partial pixel tile (N*H*W = 3 * 7 * 9).
+# partial pixel tile (N*H*W = 3 * 7 * 9); several pixel tiles an image.
 _GATHER_FEW_OUT_CFGS = [
     Cfg(2, 64, 3, 9, 7, k=4, stride=2, padding=1, bias=True),
     Cfg(2, 56, 1, 8, 6, k=9, stride=3, padding=4, output_padding=2, bias=True),
     Cfg(2, 64, 6, 5, 6, k=3, stride=2, groups=2),
     Cfg(1, 32, 5, 10, 4, k=(3, 5), stride=(1, 2), padding=(1, 2), dilation=(2, 1)),
     Cfg(3, 128, 17, 7, 9, k=4, stride=2, padding=1, bias=True),
+    Cfg(2, 64, 3, 6, 70, k=4, stride=2, padding=1),  # 420 pixels an image: 7 pixel tiles
 ]
 
 

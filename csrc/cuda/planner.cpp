@@ -536,8 +536,9 @@ bool can_implement(Algo a, const Query& q) {
       // A permutation of grad_output (gather_permutes), or with overlapping taps an im2col no
       // larger than 2.5x the weight (gather_weight_sized) or than x (gather_input_sized);
       // strides, paddings, dilations below 2^20 and kernel sizes below 2^10 (the gather
-      // kernel's 32-bit ints); the 1x1 problems' input channels in whole 16-byte chunks (their
-      // gathered channels are padded to them).
+      // kernel's 32-bit ints) and its grid (64 gathered channels a block, 65535 blocks); the
+      // 1x1 problems' input channels in whole 16-byte chunks (their gathered channels are
+      // padded to them).
       const int64_t kk = p.kh * p.kw;
       const int64_t big = int64_t(1) << 20;
       return (q.want_gi || q.want_gw) && tensor_cores(q) &&
@@ -545,12 +546,14 @@ bool can_implement(Algo a, const Query& q) {
               (kk > p.sh * p.sw && (gather_weight_sized(p) || gather_input_sized(p)))) &&
              p.sh < big && p.sw < big && p.ph < big && p.pw < big && p.dh < big && p.dw < big &&
              p.kh < (1 << 10) && p.kw < (1 << 10) && p.N <= 65535 &&
+             p.groups * padded_channels(p.cout_g() * kk, q.dt) <= int64_t(65535) * 64 &&
              p.N * p.Cin * p.H * p.W > 0 && p.cin_g() % chunk_elems(q.dt) == 0;
     }
     case Algo::kTapGatherCublas: {  // one group; the 1x1 problems' GEMMs within cuBLAS's ints
-      const int64_t lim = (int64_t(1) << 31) - 1, kk = p.kh * p.kw;
+      const int64_t lim = (int64_t(1) << 31) - 1;
+      const int64_t c2 = padded_channels(p.Cout * p.kh * p.kw, q.dt);  // gathered, padded
       return can_implement(Algo::kTapGather, q) && q.cublas && p.groups == 1 &&
-             p.N * p.H * p.W * p.Cout * kk < lim && p.Cin * p.Cout * kk < lim &&
+             p.N * p.H * p.W * c2 < lim && p.Cin * c2 < lim &&
              p.N * p.Cin * p.H * p.W < lim;
     }
     case Algo::kStrided:

@@ -704,8 +704,8 @@ std::vector<Algo> forward_rules(const Query& q) {
   // such rows, the implicit GEMM took geomean 1.66x its time (0.89-3.65x; pix2pix 1024 ->
   // 512 on 8x8 images 107 -> 51 us), below torch on 20 rows before and 1 after. One strided
   // 1x1 kernel lost 5x (256 -> 192 on 104 pixels, unexplained): 1x1 kernels stay. fp32 gained
-  // nothing (geomean 1.06x, 0.76-3.8x): cuBLAS's fp32 GEMM runs IEEE or the TF32 implicit
-  // GEMM of the 1x1 problem has the same idle tiles.
+  // nothing (geomean 1.06x, 0.76-3.8x; not analysed: cuBLAS's fp32 GEMM runs at IEEE
+  // precision, and the 1x1 problem's TF32 implicit GEMM may idle as the per-phase one does).
   if (seq.empty() && tiny_col2im(q) && can_implement(Algo::kFwdGemmCol2im, q))
     seq.push_back(Algo::kFwdGemmCol2im);
   seq.push_back(Algo::kImplicitGemm);

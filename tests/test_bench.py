@@ -62,7 +62,30 @@ def test_cpu_sweep_reports_the_distribution(tmp_path):
                                          for r in out["rows"])
     d = out["distribution"]
     assert len(d) == 1 and d[0]["n"] == 3 and len(d[0]["worst"]) == 3
-    assert "Distribution" in (tmp_path / "bench_results.md").read_text()
+    md = (tmp_path / "bench_results.md").read_text()
+    assert "Distribution" in md and "By shape class" in md
+    classes = out["classes"]
+    assert sum(c["n"] for c in classes) == 3
+    assert {c["class"] for c in classes} <= set(bench.SHAPE_CLASSES)
+
+
+def test_shape_classes():
+    """Each class of the breakdown, first match wins."""
+    C = bench.Config
+    cases = [
+        (C("a", 2, 64, 64, 4, 16, stride=2, padding=1, groups=64), "depthwise"),
+        (C("b", 2, 64, 128, 4, 16, stride=2, padding=1, groups=16), "grouped, <= 8 a group"),
+        (C("c", 2, 64, 32, 1, 16), "dense GEMM"),
+        (C("d", 2, 512, 256, 4, 1, stride=2), "dense GEMM"),
+        (C("e", 2, 64, 32, 2, 16, stride=2), "dense GEMM"),
+        (C("f", 2, 128, 3, 4, 32, stride=2, padding=1), "1-8 outputs"),
+        (C("g", 2, 3, 64, 4, 32, stride=2, padding=1), "1-4 inputs"),
+        (C("h", 8, 1024, 512, 4, 4, stride=2, padding=1), "tiny spatial"),
+        (C("i", 2, 64, 64, 9, 16, stride=3, padding=4), "large kernel / stride"),
+        (C("j", 2, 64, 64, 3, 16, stride=1, padding=1), "other"),
+    ]
+    for cfg, want in cases:
+        assert bench.shape_class(cfg) == want, (cfg.describe(), want)
 
 
 def test_cpu_host_overhead_report(tmp_path):

@@ -1094,6 +1094,82 @@ def markdown(rows, env, gms, impl_name) -> str:
     return "\n".join(L) + "\n"
 
 
+# The shape classes of the issue that asks for speed on every layer (the first that matches):
+# what the per-class breakdown of a sweep reports.
+SHAPE_CLASSES = ("depthwise", "grouped, <= 8 a group", "dense GEMM", "1-8 outputs",
+                 "1-4 inputs", "tiny spatial", "large kernel / stride", "other")
+
+
+def shape_class(cfg: Config) -> str:
+    """A layer's shape class (SHAPE_CLASSES, first match): one input channel per group;
+    grouped with at most 8 input or output channels a group; a pass that is one dense GEMM
+    (a 1x1 kernel at stride 1, a 1x1 input, kernel == stride without padding or dilation);
+    1-8 output channels a group; 1-4 input channels; at most 16 input pixels with 256+
+    channels; a kernel of 7+ or a stride of 4+; the rest."""
+    g = cfg.groups
+    cig, cog = cfg.Cin // g, cfg.Cout // g
+    kh, kw = cfg.k
+    sh, sw = cfg.stride
+    if g > 1 and cig == 1:
+        return "depthwise"
+    if g > 1 and min(cig, cog) <= 8:
+        return "grouped, <= 8 a group"
+    plain = cfg.padding == (0, 0) and cfg.output_padding == (0, 0) and cfg.dilation == (1, 1)
+    if ((kh, kw) == (1, 1) and (sh, sw) == (1, 1)) or (cfg.H, cfg.W) == (1, 1) or \
+            (plain and (kh, kw) == (sh, sw)):
+        return "dense GEMM"
+    if cog <= 8:
+        return "1-8 outputs"
+    if cfg.Cin <= 4:
+        return "1-4 inputs"
+    if cfg.H * cfg.W <= 16 and cfg.Cin >= 256:
+        return "tiny spatial"
+    if max(kh, kw) >= 7 or max(sh, sw) >= 4:
+        return "large kernel / stride"
+    return "other"
+
+
+def class_breakdown(rows) -> List[Dict[str, Any]]:
+    """Per shape class x dtype x pass (rows with a speedup and a --layer string): configs,
+    geomean speedup, rows at or above 1.0x and below 0.8x."""
+    groups: Dict[Any, List[float]] = {}
+    for r in rows:
+        if not r.get("speedup") or not r.get("layer"):
+            continue
+        c = shape_class(parse_layer(r["layer"]))
+        groups.setdefault((c, r["dtype"], r["pass"]), []).append(r["speedup"])
+    out = []
+    for (c, dt, ps), v in groups.items():
+        out.append({"class": c, "dtype": dt, "pass": ps, "n": len(v),
+                    "geomean": math.exp(sum(math.log(x) for x in v) / len(v)),
+                    "ge_1": sum(x >= 1.0 for x in v), "lt_0_8": sum(x < 0.8 for x in v)})
+    out.sort(key=lambda d: (SHAPE_CLASSES.index(d["class"]), d["dtype"], d["pass"]))
+    return out
+
+
+def class_breakdown_markdown(classes) -> str:
+    order = list(DTYPES)
+    cols = sorted({(d["dtype"], d["pass"]) for d in classes},
+                  key=lambda k: (order.index(k[0]) if k[0] in order else len(order),
+                                 PASSES.index(k[1]) if k[1] in PASSES else len(PASSES)))
+    if not cols:
+        return ""
+    cell = {(d["class"], d["dtype"], d["pass"]): d for d in classes}
+    L = ["By shape class (`shape_class` in `convt2d/bench.py`): geomean speedup, configs, "
+         "and how many are below 0.8x:", "",
+         "| class | " + " | ".join(f"{dt} {ps}" for dt, ps in cols) + " |",
+         "|---|" + "---:|" * len(cols)]
+    for c in SHAPE_CLASSES:
+        if not any(k[0] == c for k in cell):
+            continue
+        vals = []
+        for dt, ps in cols:
+            d = cell.get((c, dt, ps))
+            vals.append(f"{d['geomean']:.2f}x ({d['n']}, {d['lt_0_8']} < 0.8)" if d else "-")
+        L.append(f"| {c} | " + " | ".join(vals) + " |")
+    return "\n".join(L) + "\n"
+
+
 def distribution(rows, worst: int = 10) -> List[Dict[str, Any]]:
     """Per dtype x pass: configs timed, fraction at or above 1.0x, geomean, min, the `worst`
     slowest configs."""
@@ -1519,8 +1595,11 @@ def main(argv=None) -> int:
     gms = geomeans(rows)
     md = markdown(rows, env, gms, args.impl)
     dist = distribution(rows) if (args.sweep or args.models) else []
+    classes = class_breakdown(rows) if dist else []
     if dist:
         md += "\n" + distribution_markdown(dist)
+    if classes:
+        md += "\n" + class_breakdown_markdown(classes)
     if e2e_rows:
         md += "\n" + e2e_markdown(e2e_rows)
     if host_rows:
@@ -1534,7 +1613,7 @@ def main(argv=None) -> int:
         os.makedirs(d, exist_ok=True)
     with open(json_path, "w") as f:
         json.dump({"env": env, "rows": rows, "geomean": gms, "e2e": e2e_rows,
-                   "distribution": dist, "host": host_rows,
+                   "distribution": dist, "classes": classes, "host": host_rows,
                    "args": {k: v for k, v in vars(args).items()}}, f, indent=1)
     with open(md_path, "w") as f:
         f.write(md)

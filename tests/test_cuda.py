@@ -1525,7 +1525,8 @@ def test_backward_tap_gather_few_outputs(cfg, dtype, layout, monkeypatch):
 
 def test_tap_gather_few_outputs_planned(monkeypatch):
     """The planner gathers few-output layers whose im2col is at most twice x and x has 2^19+
-    elements (either grad_output layout); smaller layers and larger im2cols stay strided."""
+    elements (x in either layout; grad_output NCHW, as check() makes it); smaller layers and
+    larger im2cols stay strided."""
     _algo(monkeypatch, None)
     cases = [  # (cfg, dtype, channels-last, expected transform)
         (Cfg(8, 64, 3, 32, 32, k=4, stride=2, padding=1), torch.float32, False, "tap_gather"),

@@ -849,8 +849,7 @@ def test_grad_weight_wgmma(cfg, dtype, tile, monkeypatch):
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     x, w, b = cfg.make(dt, "cuda")
     k = cfg.kwargs()
-    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
-            list(k["dilation"])]
+    args = _op_args(k)
     gy = torch.randn(cfg.out_shape(), device="cuda", dtype=dt)
     names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
                                                              [False, True, False]))
@@ -886,8 +885,7 @@ def test_grad_weight_nchw_x(cfg, dtype, tile, monkeypatch):
     dt = {"bf16": torch.bfloat16}.get(dtype, torch.float32)
     x, w, b = cfg.make(dt, "cuda")
     k = cfg.kwargs()
-    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
-            list(k["dilation"])]
+    args = _op_args(k)
     gy = torch.randn(cfg.out_shape(), device="cuda", dtype=dt)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=dtype != "fp32-ieee"):
         def copies():
@@ -934,8 +932,7 @@ def test_grad_weight_km(cfg, mode, monkeypatch):
     _algo(monkeypatch, "bwd:strided,wgrad:wgmma_nchw")
     x, w, b = cfg.make(torch.float32, "cuda")
     k = cfg.kwargs()
-    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
-            list(k["dilation"])]
+    args = _op_args(k)
     gy = torch.randn(cfg.out_shape(), device="cuda")
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=mode == "fp32"):
         names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
@@ -1415,6 +1412,25 @@ def test_patch_gemm_random_shapes(cfg, dtype, monkeypatch):
     check(x, w, b, cfg.kwargs(), backward=False, what="patch random ")
 
 
+def _op_args(k):
+    """The positional stride .. dilation arguments of torch.ops.convt2d.backward from
+    cfg.kwargs()."""
+    return [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
+            list(k["dilation"])]
+
+
+def _gather_case(cfg, dtype, layout):
+    """The gather tests' inputs: (torch dtype, x, w, b, math flags) for dtype "bf16", "fp16",
+    "fp32" (TF32 on) or "fp32-ieee" (TF32 off) and x's layout "nchw" or "nhwc"."""
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+    x, w, b = cfg.make(dt, "cuda")
+    if layout == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+    flags = _tf32_off() if dtype == "fp32-ieee" else torch.backends.cudnn.flags(
+        enabled=True, allow_tf32=True)
+    return dt, x, w, b, flags
+
+
 # The backward's tap gather (common/layout_kernels.cu) for kh*kw <= sh*sw: grad_output gathered channels-last
 # per tap, both gradients then 1x1 problems over Cout*kh*kw channels. Shapes: seedC-like
 # (k=3 d=2 s=5 p=1: border taps outside grad_output); U-Net's k=2 s=2 with bias; groups with
@@ -1453,18 +1469,12 @@ def test_backward_tap_gather(cfg, dtype, layout, monkeypatch):
     x) is gathered through its strides. The gather is forced (bwd:tap_gather): the planner
     declines it on small images where kernel == stride (test_tap_gathered_planned)."""
     _algo(monkeypatch, "bwd:tap_gather")
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
-    x, w, b = cfg.make(dt, "cuda")
-    if layout == "nhwc":
-        x = x.contiguous(memory_format=torch.channels_last)
-    flags = _tf32_off() if dtype == "fp32-ieee" else torch.backends.cudnn.flags(
-        enabled=True, allow_tf32=True)
+    dt, x, w, b, flags = _gather_case(cfg, dtype, layout)
     with flags:
         out = convt2d.forward(x, w, b, **cfg.kwargs())
         gy = torch.randn(out.shape, device="cuda", dtype=dt)  # NCHW: the gather reads it so
         k = cfg.kwargs()
-        args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
-                list(k["dilation"])]
+        args = _op_args(k)
         names = _kernel_names(lambda: torch.ops.convt2d.backward(gy, x, w, *args,
                                                                  [True, True, False]))
         assert any("tap_gather_kernel" in n for n in names), (cfg.id(), names)
@@ -1500,15 +1510,9 @@ def test_backward_tap_gather_few_outputs(cfg, dtype, layout, monkeypatch):
     every gradient, together and alone, on poisoned memory against the float64 reference,
     and the gather kernel ran."""
     _algo(monkeypatch, "bwd:tap_gather")
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
-    x, w, b = cfg.make(dt, "cuda")
-    if layout == "nhwc":
-        x = x.contiguous(memory_format=torch.channels_last)
-    flags = _tf32_off() if dtype == "fp32-ieee" else torch.backends.cudnn.flags(
-        enabled=True, allow_tf32=True)
+    dt, x, w, b, flags = _gather_case(cfg, dtype, layout)
     k = cfg.kwargs()
-    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
-            list(k["dilation"])]
+    args = _op_args(k)
     with flags:
         for go_layout in (torch.contiguous_format, torch.channels_last):
             gy = torch.randn(cfg.out_shape(), device="cuda", dtype=dt).contiguous(
@@ -1549,8 +1553,7 @@ def _masked_backward_check(cfg, x, w, gy, what, ran, masks=("gi", "gw")):
     grad_weight alone ("gw") or both ("both"), on poisoned memory: each gradient against the
     float64 reference, and each call ran the algorithms `ran` ({pass: name})."""
     k = cfg.kwargs()
-    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
-            list(k["dilation"])]
+    args = _op_args(k)
     xr, wr = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     ref = torch.autograd.grad(F.conv_transpose2d(xr, wr, None, **k), [xr, wr], gy.double())
     want = {"gi": (0,), "gw": (1,), "both": (0, 1)}
@@ -1575,12 +1578,7 @@ def test_backward_tap_gather_cublas(cfg, dtype, layout, monkeypatch):
     x copied channels-last for grad_weight; every gradient, together and alone, matches the
     float64 reference."""
     _algo(monkeypatch, "bwd:tap_gather_cublas")
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
-    x, w, b = cfg.make(dt, "cuda")
-    if layout == "nhwc":
-        x = x.contiguous(memory_format=torch.channels_last)
-    flags = _tf32_off() if dtype == "fp32-ieee" else torch.backends.cudnn.flags(
-        enabled=True, allow_tf32=True)
+    dt, x, w, b, flags = _gather_case(cfg, dtype, layout)
     with flags:
         check(x, w, b, cfg.kwargs(), backward=True, what=f"gather cuBLAS {dtype} {layout} ")
         assert _ran("bwd") == "tap_gather_cublas", convt2d.last_algorithms()
@@ -1700,9 +1698,7 @@ def _backward_here(cfg, x, w, mask):
     shows that call's choices."""
     k = cfg.kwargs()
     gy = torch.randn(cfg.out_shape(), device="cuda").to(x.dtype)
-    return torch.ops.convt2d.backward(gy, x, w, list(k["stride"]), list(k["padding"]),
-                                      list(k["output_padding"]), k["groups"],
-                                      list(k["dilation"]), mask)
+    return torch.ops.convt2d.backward(gy, x, w, *_op_args(k), mask)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
@@ -1842,8 +1838,7 @@ def test_direct_gradients_deterministic(monkeypatch):
     x, w, _ = cfg.make(torch.float32, "cuda")
     gy = torch.randn(cfg.out_shape(), device="cuda")
     k = cfg.kwargs()
-    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
-            list(k["dilation"]), [False, True, False]]
+    args = _op_args(k) + [[False, True, False]]
     a = torch.ops.convt2d.backward(gy, x, w, *args)[1]
     b = torch.ops.convt2d.backward(gy, x, w, *args)[1]
     assert torch.equal(a, b)
@@ -1960,8 +1955,7 @@ def test_depthwise_grad_weight_deterministic(layout, wgrad, monkeypatch):
         x = x.contiguous(memory_format=torch.channels_last)
         gy = gy.contiguous(memory_format=torch.channels_last)
     k = cfg.kwargs()
-    args = [list(k["stride"]), list(k["padding"]), list(k["output_padding"]), k["groups"],
-            list(k["dilation"]), [False, True, False]]
+    args = _op_args(k) + [[False, True, False]]
     a = torch.ops.convt2d.backward(gy, x, w, *args)[1]
     assert _ran("wgrad") == wgrad, convt2d.last_algorithms()
     b = torch.ops.convt2d.backward(gy, x, w, *args)[1]
@@ -2037,9 +2031,7 @@ def test_cublas_gemm_forced(cfg, dtype, layout, monkeypatch):
         if layout == "channels_last":
             gy = gy.contiguous(memory_format=torch.channels_last)
         k = cfg.kwargs()
-        torch.ops.convt2d.backward(gy, x, w, list(k["stride"]), list(k["padding"]),
-                                   list(k["output_padding"]), k["groups"], list(k["dilation"]),
-                                   [True, True, False])
+        torch.ops.convt2d.backward(gy, x, w, *_op_args(k), [True, True, False])
         assert (_ran("dgrad"), _ran("wgrad")) == ("cublas_gemm",) * 2, convt2d.last_algorithms()
         # grad_output channels-last with NCHW x (and the reverse): one GEMM over all pixels
         # with grad_input permuted / x copied, or the per-image GEMMs

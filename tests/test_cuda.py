@@ -2133,7 +2133,9 @@ def test_planner_small_phase_and_depthwise_choices(monkeypatch):
 
 def test_tap_gathered_planned(monkeypatch):
     """The backward's tap-gathered 1x1 problem stays on the kernels (not cuBLAS; checked in bf16
-    and fp32); kernel == stride on small images with 32+ input channels is not gathered."""
+    and fp32); kernel == stride on small images with 32+ input channels is not gathered; few
+    outputs with unaligned gathered columns are, in either grad_output layout, where x has
+    2^19+ elements."""
     _algo(monkeypatch, None)
     big = Cfg(2, 64, 32, 32, 32, k=2, stride=2)
     for dt in (torch.bfloat16, torch.float32):
@@ -2151,6 +2153,19 @@ def test_tap_gathered_planned(monkeypatch):
     x, w, b = k1.make(torch.bfloat16, "cuda")
     check(x, w, b, k1.kwargs(), what="gathered k1 ")
     assert _ran("bwd") == "tap_gather", convt2d.last_algorithms()
+    # Few outputs (an RGB head at kernel == stride, 27 gathered columns: not whole chunks) in
+    # either grad_output layout, x at least 2^19 elements; a smaller such layer stays strided.
+    rgb = Cfg(1, 512, 3, 32, 32, k=3, stride=3)
+    for go_layout in (torch.contiguous_format, torch.channels_last):
+        x, w, b = rgb.make(torch.bfloat16, "cuda")
+        ho, wo = rgb.out_hw()
+        gy = torch.randn(1, 3, ho, wo, device="cuda").to(torch.bfloat16).contiguous(memory_format=go_layout)
+        check(x, w, b, rgb.kwargs(), gy=gy, what=f"gathered few outputs {go_layout} ")
+        assert _ran("bwd") == "tap_gather", convt2d.last_algorithms()
+    small = Cfg(1, 256, 3, 16, 32, k=3, stride=3)
+    x, w, b = small.make(torch.bfloat16, "cuda")
+    check(x, w, b, small.kwargs(), what="strided few outputs small ")
+    assert _ran("bwd") == "strided", convt2d.last_algorithms()
 
 
 def test_gemm_col2im_planned(monkeypatch):
@@ -2184,6 +2199,11 @@ def test_gemm_col2im_planned(monkeypatch):
                 x = x.contiguous(memory_format=torch.channels_last)
             check(x, w, b, head.kwargs(), what=f"col2im head {layout} {dt} ", backward=False)
             assert _ran("fwd") == "gemm_col2im", convt2d.last_algorithms()
+    # ... in fp32 too with fewer than 256 input channels, where the narrow kernel can run
+    rgb96 = Cfg(4, 96, 3, 64, 64, k=3, stride=2, padding=1, output_padding=1, bias=True)
+    x, w, b = rgb96.make(torch.float32, "cuda")
+    check(x, w, b, rgb96.kwargs(), what="col2im head fp32 96 ", backward=False)
+    assert _ran("fwd") == "gemm_col2im", convt2d.last_algorithms()
     for cfg in (Cfg(2, 64, 56, 16, 16, k=9, stride=2), Cfg(2, 128, 4, 7, 7, k=7, stride=1, padding=3)):
         x, w, b = cfg.make(torch.bfloat16, "cuda")
         check(x, w, b, cfg.kwargs(), what="col2im declined (overlap) ", backward=False)

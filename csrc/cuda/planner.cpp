@@ -589,10 +589,9 @@ bool narrow_idle(const Query& q) {
 // - Taps that overlap: at most 2 columns per input channel (Cout*kh*kw <= 2*Cin) and 1..8
 //   outputs with 256 or more input channels, or, where its result has 2^18 or more elements
 //   (smaller layers: its launches and its cuBLAS calls' fixed costs lost), 1..8 outputs with
-//   64 or more input channels or up to 32 outputs with 256 or more. Not in fp32 where the
-//   narrow kernel runs with fewer than 256 input channels (forward_rules). Tuning seed 1 (the
+//   64 or more input channels or up to 32 outputs with 256 or more. Tuning seed 1 (the
 //   first 300 layers with one group and Cout <= 64, x fp32 / bf16, forced against the
-//   default): in the class without the size and narrow conditions it took 0.02-0.89x the
+//   default): in the class without the size condition it took 0.02-0.89x the
 //   default's time on 43 of 50 rows (geomean of the 50: 0.43; 768 -> 4 k7 s2 fp32 1479 ->
 //   181 us, 1024 -> 4 k16 s1 26 -> 0.6 ms) and 1.01-1.45x on 7 (24-62 us layers, two fp32
 //   layers on the narrow kernel); on the 130 rows outside it lost in geomean 1.49x, up to 50x
@@ -662,10 +661,11 @@ std::vector<Algo> forward_rules(const Query& q) {
   const bool idle = narrow_idle(q);
   const bool narrow = can_implement(Algo::kNarrowOutput, q) && p.cout_g() <= 8 &&
                       kpo >= kNarrowMinK && q.x_unit_w && !idle;
-  // (fp32 with under 256 input channels the narrow kernel was as fast: the GEMM + col2im took
-  // 1.01-1.21x its time)
-  if (can_implement(Algo::kFwdGemmCol2im, q) && col2im_preferred(q) &&
-      !(narrow && q.dt == DType::kFloat && p.Cin < 256))
+  // (fp32 with fewer than 256 input channels once stayed on the narrow kernel, measured as
+  // fast then; tuning seed 1 now: the GEMM + col2im took 0.72-0.76x its time on the class's
+  // two such rows, 96 / 128 -> 3 on 256x256 images, and 0.72x the implicit GEMM's on a 64 -> 4
+  // k5 layer the cost model had moved off the narrow kernel.)
+  if (can_implement(Algo::kFwdGemmCol2im, q) && col2im_preferred(q))
     seq.push_back(Algo::kFwdGemmCol2im);
   if (narrow) seq.push_back(Algo::kNarrowOutput);
   // Memory-bound shapes (few reduced channels per output, or few outputs per group) go to
@@ -844,9 +844,19 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   // 349 -> 190 us; on larger images, fewer channels or kernels smaller than the stride the
   // gather won, up to 2.9x).
   if (p.kh == p.sh && p.kw == p.sw && p.H * p.W <= 256 && p.Cin >= 32) return Algo::kStrided;
-  // (Measured with NCHW grad_output and Cout/groups*kh*kw in whole chunks only.)
-  if (!q.go_nchw || (p.cout_g() * p.kh * p.kw) % chunk_elems(q.dt) != 0) return Algo::kStrided;
-  return Algo::kTapGather;
+  // The rest: measured first with NCHW grad_output and Cout/groups*kh*kw in whole chunks.
+  // Few outputs (at most 8 per group, x at least 2^19 elements) gather in either layout with
+  // the columns padded: the strided problem's GEMMs pad Cout/groups to a tile of 32+ and run
+  // once per stride phase, while the gathered problem reads x once per gradient. Tuning seed
+  // 1 (the 67 kernel <= stride layers with whole input-channel chunks, x fp32 / bf16, forced
+  // bwd:tap_gather against the default): the 10 such rows the old condition left strided took
+  // geomean 0.65x the strided time (0.32-1.06x; 768 -> 3 k2 s2 on 128x128 bf16 327 -> 105
+  // us); smaller layers of the class lost on 4 of 6 rows (to 1.8x slower: a channels-last
+  // 256 -> 4 k(1,3) on 4x16 images); channels-last grad_output with 16+ outputs lost up to
+  // 3.8x.
+  const bool aligned = q.go_nchw && (p.cout_g() * p.kh * p.kw) % chunk_elems(q.dt) == 0;
+  const bool few = p.cout_g() <= 8 && p.N * p.Cin * p.H * p.W >= (int64_t(1) << 19);
+  return aligned || few ? Algo::kTapGather : Algo::kStrided;
 }
 
 static Algo plan_grad_input_uncached(const Query& q, Algo forced) {

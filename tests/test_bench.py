@@ -60,6 +60,8 @@ def test_cpu_sweep_reports_the_distribution(tmp_path):
     out = json.loads((tmp_path / "bench_results.json").read_text())
     assert len(out["rows"]) == 3 and all(r["err"] is not None and r["err"] < 1e-4
                                          for r in out["rows"])
+    # what convt2d ran is recorded per row (nothing on the CPU, where no planner runs)
+    assert all(r["algos"] == {} for r in out["rows"])
     d = out["distribution"]
     assert len(d) == 1 and d[0]["n"] == 3 and len(d[0]["worst"]) == 3
     md = (tmp_path / "bench_results.md").read_text()
@@ -67,6 +69,15 @@ def test_cpu_sweep_reports_the_distribution(tmp_path):
     classes = out["classes"]
     assert sum(c["n"] for c in classes) == 3
     assert {c["class"] for c in classes} <= set(bench.SHAPE_CLASSES)
+
+
+def test_ran_string():
+    assert bench.ran_string({"algos": {"fwd": "gemm_col2im"}}) == "gemm_col2im"
+    assert bench.ran_string({"algos": {"bwd": "tap_gather", "dgrad": "implicit_gemm",
+                                       "wgrad": "tensorop"}}) == \
+        "tap_gather: implicit_gemm / tensorop"
+    assert bench.ran_string({"algos": {"wgrad": "direct"}}) == "direct"
+    assert bench.ran_string({}) == ""
 
 
 def test_shape_classes():

@@ -576,6 +576,13 @@ class Convt2dImpl:
     def forward(self, x, w, b, stride, padding, output_padding, groups, dilation):
         return self.mod.forward(x, w, b, stride, padding, output_padding, groups, dilation)
 
+    def algorithms(self):
+        """What the latest call ran, per pass (convt2d.last_algorithms(); {} on the CPU)."""
+        try:
+            return dict(self.mod.last_algorithms())
+        except Exception:
+            return {}
+
     @staticmethod
     def backward(go, x, w, stride, padding, output_padding, groups, dilation):
         r = torch.ops.convt2d.backward(go, x, w, stride, padding, output_padding, groups,
@@ -746,6 +753,10 @@ def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, 
                     fn = lambda: call(next(it))  # noqa: E731
                 row[key_ms] = timer(fn)
                 sync()
+                if side == "convt2d" and hasattr(impl, "algorithms"):
+                    keep = {"fwd": ("fwd",), "bwd": ("bwd", "dgrad", "wgrad")}.get(
+                        PASS_BASE[pass_name], ("fwd", "bwd", "dgrad", "wgrad"))
+                    row["algos"] = {k: v for k, v in impl.algorithms().items() if k in keep}
         except Exception as e:
             row[key_error] = _short(e)
             if args.verbose:
@@ -1186,9 +1197,20 @@ def distribution(rows, worst: int = 10) -> List[Dict[str, Any]]:
                     "frac_ge_0_8": sum(r["speedup"] >= 0.8 for r in rs) / len(rs),
                     "geomean": g["geomean_speedup"], "min": rs[0]["speedup"],
                     "worst": [{"config": r["config"], "speedup": r["speedup"],
-                               "shape": r["shape"], "layer": r.get("layer")}
+                               "shape": r["shape"], "layer": r.get("layer"),
+                               "ran": ran_string(r)}
                               for r in rs[:worst]]})
     return out
+
+
+def ran_string(row) -> str:
+    """What convt2d ran on a row, e.g. "tap_gather: implicit_gemm / tensorop" for a backward
+    (the transform, then grad_input / grad_weight), "" where not recorded."""
+    a = row.get("algos") or {}
+    fwd = a.get("fwd", "")
+    grads = " / ".join(a[k] for k in ("dgrad", "wgrad") if k in a)
+    bwd = (a["bwd"] + ": " if "bwd" in a and grads else a.get("bwd", "")) + grads
+    return ", ".join(t for t in (fwd, bwd) if t)
 
 
 def distribution_markdown(dist) -> str:
@@ -1201,10 +1223,10 @@ def distribution_markdown(dist) -> str:
                  f"{d['geomean']:.2f}x | {d['min']:.2f}x |")
     for d in dist:
         L += ["", f"Worst {len(d['worst'])} ({d['dtype']} {d['pass']}; `--layer` reproduces one):",
-              "", "| speedup | config | shape | --layer |", "|---:|---|---|---|"]
+              "", "| speedup | config | shape | convt2d ran | --layer |", "|---:|---|---|---|---|"]
         for w in d["worst"]:
             L.append(f"| {w['speedup']:.2f}x | {w['config']} | {w['shape']} | "
-                     f"`{w['layer'] or ''}` |")
+                     f"{w.get('ran', '')} | `{w['layer'] or ''}` |")
     return "\n".join(L) + "\n"
 
 

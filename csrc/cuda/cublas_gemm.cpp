@@ -40,6 +40,21 @@ bool sixteen_bit(const at::Tensor& t) {
   return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
 }
 
+// out = a @ b, batched for 3-d operands; accumulated and stored in fp32 where fp32_out (torch
+// 2.8+'s out_dtype; the caller checks it is available).
+void gemm_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, bool fp32_out) {
+  const bool batched = a.dim() == 3;
+#if CONVT2D_MM_OUT_DTYPE
+  if (fp32_out) {
+    if (batched) at::bmm_out(out, a, b, at::kFloat);
+    else at::mm_out(out, a, b, at::kFloat);
+    return;
+  }
+#endif
+  if (batched) at::bmm_out(out, a, b);
+  else at::mm_out(out, a, b);
+}
+
 }  // namespace
 
 bool cublas_fp32_out() { return CONVT2D_MM_OUT_DTYPE != 0; }
@@ -84,27 +99,12 @@ void cublas_taps_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 #endif
   if (cl(x)) {  // y [pixel][co][tap]: one GEMM over the pixels
     at::Tensor ym = y.view({n * hw, ck});
-    const at::Tensor xm = rows(x, n * hw, p.Cin);
-#if CONVT2D_MM_OUT_DTYPE
-    if (fp32_out) {
-      at::mm_out(ym, xm, wm, at::kFloat);
-      return;
-    }
-#endif
-    at::mm_out(ym, xm, wm);
+    gemm_out(ym, rows(x, n * hw, p.Cin), wm, fp32_out);
     return;
   }
   // y [image][co][tap][pixel]: one GEMM per image, the weight shared (batch stride 0)
   at::Tensor yb = y.view({n, ck, hw});
-  const at::Tensor wt = wm.t().unsqueeze(0).expand({n, ck, p.Cin});
-  const at::Tensor xm = images(x, p.Cin, hw);
-#if CONVT2D_MM_OUT_DTYPE
-  if (fp32_out) {
-    at::bmm_out(yb, wt, xm, at::kFloat);
-    return;
-  }
-#endif
-  at::bmm_out(yb, wt, xm);
+  gemm_out(yb, wm.t().unsqueeze(0).expand({n, ck, p.Cin}), images(x, p.Cin, hw), fp32_out);
 }
 
 void cublas_grad_input(const at::Tensor& go, const at::Tensor& w, const at::Tensor& gi,

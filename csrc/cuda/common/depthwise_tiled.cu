@@ -3,6 +3,7 @@
 // consecutive lanes on consecutive items of a row; staged loads and the staged outputs' stores
 // run along rows) and 8 or 32 for channels-last (a lane per channel, 256/CB item lanes).
 #include "cuda/common/depthwise.cuh"
+#include "cuda/common/dtype_switch.h"
 #include "cuda/common/mma_core.cuh"
 
 namespace convt2d {
@@ -216,13 +217,7 @@ cudaError_t run(const DwArgs& a, const DwLaunch& l, cudaStream_t st) {
 }  // namespace
 
 cudaError_t launch_dw_tiled(const DwArgs& a, const DwLaunch& l, DType dt, cudaStream_t st) {
-  switch (dt) {
-    case DType::kFloat: return run<float>(a, l, st);
-    case DType::kDouble: return run<double>(a, l, st);
-    case DType::kHalf: return run<__half>(a, l, st);
-    case DType::kBFloat16: return run<__nv_bfloat16>(a, l, st);
-  }
-  return cudaErrorInvalidValue;
+  return DTYPE_SWITCH(dt, T, [&] { return run<T>(a, l, st); });
 }
 
 }  // namespace cuda

@@ -28,6 +28,7 @@
 // advance pointers.
 #include <cstdlib>
 #include "cuda/common/kernels.h"
+#include "cuda/common/dtype_switch.h"
 #include "cuda/common/mma_core.cuh"
 #include "cuda/common/direct_tile.cuh"
 
@@ -491,13 +492,7 @@ cudaError_t launch_direct_forward(const DirectParams& prm, DType dt, cudaStream_
   bool launched = false;
   const cudaError_t e = launch_direct_tc(prm, dt, st, launched);
   if (launched || e != cudaSuccess) return e;
-  switch (dt) {
-    case DType::kFloat: return run<float>(prm, st);
-    case DType::kDouble: return run<double>(prm, st);
-    case DType::kHalf: return run<__half>(prm, st);
-    case DType::kBFloat16: return run<__nv_bfloat16>(prm, st);
-  }
-  return cudaErrorInvalidValue;
+  return DTYPE_SWITCH(dt, T, [&] { return run<T>(prm, st); });
 }
 
 }  // namespace cuda

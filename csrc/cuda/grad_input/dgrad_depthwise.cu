@@ -11,6 +11,7 @@
 // accumulation (fp64 for double); 31-bit element indices (dgrad_depthwise_supported).
 #include "cuda/common/fast_div.cuh"
 #include "cuda/common/kernels.h"
+#include "cuda/common/dtype_switch.h"
 #include "cuda/common/mma_core.cuh"
 
 #include <algorithm>
@@ -152,13 +153,7 @@ bool dgrad_depthwise_supported(const Problem& p) {
 cudaError_t launch_dgrad_depthwise(const DirectGradParams& prm, bool chan_last, DType dt,
                                    cudaStream_t st) {
   if (!dgrad_depthwise_supported(prm.p)) return cudaErrorInvalidValue;
-  switch (dt) {
-    case DType::kFloat: return run<float>(prm, chan_last, st);
-    case DType::kDouble: return run<double>(prm, chan_last, st);
-    case DType::kHalf: return run<__half>(prm, chan_last, st);
-    case DType::kBFloat16: return run<__nv_bfloat16>(prm, chan_last, st);
-  }
-  return cudaErrorInvalidValue;
+  return DTYPE_SWITCH(dt, T, [&] { return run<T>(prm, chan_last, st); });
 }
 
 }  // namespace cuda

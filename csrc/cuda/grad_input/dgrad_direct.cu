@@ -13,6 +13,7 @@
 // the planner's table). Any dtype and strides.
 #include "cuda/common/fast_div.cuh"
 #include "cuda/common/kernels.h"
+#include "cuda/common/dtype_switch.h"
 #include "cuda/common/mma_core.cuh"
 
 #include <algorithm>
@@ -190,13 +191,7 @@ bool dgrad_direct_supported(const Problem& p) {
 }
 
 cudaError_t launch_dgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st) {
-  switch (dt) {
-    case DType::kFloat: return run<float>(prm, st);
-    case DType::kDouble: return run<double>(prm, st);
-    case DType::kHalf: return run<__half>(prm, st);
-    case DType::kBFloat16: return run<__nv_bfloat16>(prm, st);
-  }
-  return cudaErrorInvalidValue;
+  return DTYPE_SWITCH(dt, T, [&] { return run<T>(prm, st); });
 }
 
 }  // namespace cuda

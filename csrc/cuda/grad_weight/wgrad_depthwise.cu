@@ -12,6 +12,7 @@
 // into an fp32 (fp64) workspace [splits][Cout*kh*kw], whose splits a second kernel adds in a
 // fixed order into gw: deterministic. 32-bit pixel indices (the planner checks the sizes).
 #include "cuda/common/kernels.h"
+#include "cuda/common/dtype_switch.h"
 #include "cuda/common/mma_core.cuh"
 
 #include <algorithm>
@@ -146,13 +147,7 @@ DirectWgradPlan wgrad_depthwise_plan(const Problem& p, bool chan_last, DType dt,
 
 cudaError_t launch_wgrad_depthwise(const DirectGradParams& prm, bool chan_last, DType dt,
                                    cudaStream_t st) {
-  cudaError_t e = cudaErrorInvalidValue;
-  switch (dt) {
-    case DType::kFloat: e = run<float>(prm, chan_last, st); break;
-    case DType::kDouble: e = run<double>(prm, chan_last, st); break;
-    case DType::kHalf: e = run<__half>(prm, chan_last, st); break;
-    case DType::kBFloat16: e = run<__nv_bfloat16>(prm, chan_last, st); break;
-  }
+  const cudaError_t e = DTYPE_SWITCH(dt, T, [&] { return run<T>(prm, chan_last, st); });
   if (e != cudaSuccess) return e;
   return launch_wgrad_split_sum(prm.workspace, prm.gw, prm.splits,
                                 prm.p.Cout * prm.p.kh * prm.p.kw, dt, st);

@@ -8,6 +8,7 @@
 // workspace [splits][G * Cig*Cog*kh*kw], and a second kernel adds the splits in a fixed
 // order into gw: deterministic. Any dtype and strides.
 #include "cuda/common/kernels.h"
+#include "cuda/common/dtype_switch.h"
 #include "cuda/common/mma_core.cuh"
 
 #include <algorithm>
@@ -133,24 +134,12 @@ DirectWgradPlan wgrad_direct_plan(const Problem& p, DType dt, int num_sms) {
 }
 
 cudaError_t launch_wgrad_direct(const DirectGradParams& prm, DType dt, cudaStream_t st) {
-  switch (dt) {
-    case DType::kFloat: return run<float>(prm, st);
-    case DType::kDouble: return run<double>(prm, st);
-    case DType::kHalf: return run<__half>(prm, st);
-    case DType::kBFloat16: return run<__nv_bfloat16>(prm, st);
-  }
-  return cudaErrorInvalidValue;
+  return DTYPE_SWITCH(dt, T, [&] { return run<T>(prm, st); });
 }
 
 cudaError_t launch_wgrad_split_sum(const void* ws, void* gw, int64_t splits, int64_t elems,
                                    DType dt, cudaStream_t st) {
-  switch (dt) {
-    case DType::kFloat: return split_sum<float>(ws, gw, splits, elems, st);
-    case DType::kDouble: return split_sum<double>(ws, gw, splits, elems, st);
-    case DType::kHalf: return split_sum<__half>(ws, gw, splits, elems, st);
-    case DType::kBFloat16: return split_sum<__nv_bfloat16>(ws, gw, splits, elems, st);
-  }
-  return cudaErrorInvalidValue;
+  return DTYPE_SWITCH(dt, T, [&] { return split_sum<T>(ws, gw, splits, elems, st); });
 }
 
 }  // namespace cuda

@@ -753,7 +753,8 @@ def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, 
                     fn = lambda: call(next(it))  # noqa: E731
                 row[key_ms] = timer(fn)
                 sync()
-                if side == "convt2d" and hasattr(impl, "algorithms"):
+                # (the planner's record is process-wide: on the CPU it would be stale)
+                if side == "convt2d" and device == "cuda" and hasattr(impl, "algorithms"):
                     keep = {"fwd": ("fwd",), "bwd": ("bwd", "dgrad", "wgrad")}.get(
                         PASS_BASE[pass_name], ("fwd", "bwd", "dgrad", "wgrad"))
                     row["algos"] = {k: v for k, v in impl.algorithms().items() if k in keep}

@@ -71,6 +71,16 @@ def test_cpu_sweep_reports_the_distribution(tmp_path):
     assert {c["class"] for c in classes} <= set(bench.SHAPE_CLASSES)
 
 
+def test_pass_algorithms():
+    rec = {"fwd": "narrow_output", "bwd": "strided", "dgrad": "direct", "wgrad": "tensorop"}
+    assert bench.pass_algorithms(rec, "fwd") == {"fwd": "narrow_output"}
+    assert bench.pass_algorithms(rec, "bwd") == {"bwd": "strided", "dgrad": "direct",
+                                                 "wgrad": "tensorop"}
+    assert bench.pass_algorithms(rec, "fwdbwd") == rec
+    assert bench.pass_algorithms(rec, "fwdbwd-tuned") == rec
+    assert bench.pass_algorithms({}, "bwd") == {}
+
+
 def test_ran_string():
     assert bench.ran_string({"algos": {"fwd": "gemm_col2im"}}) == "gemm_col2im"
     assert bench.ran_string({"algos": {"bwd": "tap_gather", "dgrad": "implicit_gemm",

@@ -594,7 +594,7 @@ bool narrow_idle(const Query& q) {
 //   default): in the class without the size condition it took 0.02-0.89x the
 //   default's time on 43 of 50 rows (geomean of the 50: 0.43; 768 -> 4 k7 s2 fp32 1479 ->
 //   181 us, 1024 -> 4 k16 s1 26 -> 0.6 ms) and 1.01-1.45x on 7 (24-62 us layers, two fp32
-//   layers on the narrow kernel); on the 130 rows outside it lost in geomean 1.49x, up to 50x
+//   layers on the narrow kernel, since remeasured faster with it: forward_rules); on the 130 rows outside it lost in geomean 1.49x, up to 50x
 //   (64 -> 56 k9 on 256x256: its result 18x x's bytes). Validation seed 2 (Cout <= 32): the
 //   layers it lost to torch on were small (under 2^18 result elements, 26-52 us).
 bool col2im_preferred(const Query& q) {
@@ -665,7 +665,8 @@ std::vector<Algo> forward_rules(const Query& q) {
   // fast then; tuning seed 1 now: the GEMM + col2im took 0.72-0.76x its time on the class's
   // two such rows, 96 / 128 -> 3 on 256x256 images, and 0.72x the implicit GEMM's on a 64 -> 4
   // k5 layer the cost model had moved off the narrow kernel; validation seed 2 + zoo, 8 rows:
-  // geomean 0.60x the better of the two, 1-2% slower on two.)
+  // geomean 0.55x the better of the two (96 -> 1 k9 on 100x100: 7.7x faster), 1-2% slower on
+  // two. Measured with TF32 allowed; TF32 off, not measured.)
   if (can_implement(Algo::kFwdGemmCol2im, q) && col2im_preferred(q))
     seq.push_back(Algo::kFwdGemmCol2im);
   if (narrow) seq.push_back(Algo::kNarrowOutput);
@@ -849,12 +850,15 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   // Few outputs (at most 8 per group, x at least 2^19 elements) gather in either layout with
   // the columns padded: the strided problem's GEMMs pad Cout/groups to a tile of 32+ and run
   // once per stride phase, while the gathered problem reads x once per gradient. Tuning seed
-  // 1 (the 67 kernel <= stride layers with whole input-channel chunks, x fp32 / bf16, forced
-  // bwd:tap_gather against the default): the 10 such rows the old condition left strided took
+  // 1 (the 67 kernel <= stride layers of its first 300 with a multiple of 8 input channels
+  // per group, x fp32 / bf16, forced bwd:tap_gather against the default): the 10 such rows the old condition left strided took
   // geomean 0.65x the strided time (0.32-1.06x; 768 -> 3 k2 s2 on 128x128 bf16 327 -> 105
   // us); smaller layers of the class lost on 4 of 6 rows (to 1.8x slower: a channels-last
   // 256 -> 4 k(1,3) on 4x16 images); channels-last grad_output with 16+ outputs lost up to
-  // 3.8x.
+  // 3.8x. Validation seed 2: 8 rows newly gathered, geomean 0.76x the strided time; two
+  // grouped rows with one output per group (one gathered column, padded to a chunk: 768 -> 8
+  // k1 s2 d2 g8) 1.2-1.4x slower, not excluded yet. Measured with TF32 allowed; a 1x1 input
+  // (one dense GEMM strided) is not excluded either (no such layer measured).
   const bool aligned = q.go_nchw && (p.cout_g() * p.kh * p.kw) % chunk_elems(q.dt) == 0;
   const bool few = p.cout_g() <= 8 && p.N * p.Cin * p.H * p.W >= (int64_t(1) << 19);
   return aligned || few ? Algo::kTapGather : Algo::kStrided;

@@ -577,7 +577,8 @@ class Convt2dImpl:
         return self.mod.forward(x, w, b, stride, padding, output_padding, groups, dilation)
 
     def algorithms(self):
-        """What the latest call ran, per pass (convt2d.last_algorithms(); {} on the CPU)."""
+        """What the latest CUDA call of each pass ran (convt2d.last_algorithms(): process-wide,
+        so a CPU row would read earlier GPU calls; run_row reads it for GPU rows only)."""
         try:
             return dict(self.mod.last_algorithms())
         except Exception:
@@ -755,9 +756,7 @@ def run_row(cfg: Config, dtype_name: str, pass_name: str, impls, timer, device, 
                 sync()
                 # (the planner's record is process-wide: on the CPU it would be stale)
                 if side == "convt2d" and device == "cuda" and hasattr(impl, "algorithms"):
-                    keep = {"fwd": ("fwd",), "bwd": ("bwd", "dgrad", "wgrad")}.get(
-                        PASS_BASE[pass_name], ("fwd", "bwd", "dgrad", "wgrad"))
-                    row["algos"] = {k: v for k, v in impl.algorithms().items() if k in keep}
+                    row["algos"] = pass_algorithms(impl.algorithms(), pass_name)
         except Exception as e:
             row[key_error] = _short(e)
             if args.verbose:
@@ -1202,6 +1201,15 @@ def distribution(rows, worst: int = 10) -> List[Dict[str, Any]]:
                                "ran": ran_string(r)}
                               for r in rs[:worst]]})
     return out
+
+
+def pass_algorithms(algos, pass_name) -> Dict[str, str]:
+    """The entries of convt2d.last_algorithms() that a bench pass sets: fwd its forward; bwd
+    the backward transform and both gradients; fwdbwd all four (other entries are left from
+    earlier calls)."""
+    keep = {"fwd": ("fwd",), "bwd": ("bwd", "dgrad", "wgrad")}.get(
+        PASS_BASE[pass_name], ("fwd", "bwd", "dgrad", "wgrad"))
+    return {k: v for k, v in algos.items() if k in keep}
 
 
 def ran_string(row) -> str:

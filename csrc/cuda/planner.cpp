@@ -594,8 +594,9 @@ bool narrow_idle(const Query& q) {
 //   default): in the class without the size condition it took 0.02-0.89x the
 //   default's time on 43 of 50 rows (geomean of the 50: 0.43; 768 -> 4 k7 s2 fp32 1479 ->
 //   181 us, 1024 -> 4 k16 s1 26 -> 0.6 ms) and 1.01-1.45x on 7 (24-62 us layers, two fp32
-//   layers on the narrow kernel, since remeasured faster with it: forward_rules); on the 130 rows outside it lost in geomean 1.49x, up to 50x
-//   (64 -> 56 k9 on 256x256: its result 18x x's bytes). Validation seed 2 (Cout <= 32): the
+//   layers on the narrow kernel; such layers since remeasured faster with the GEMM + col2im:
+//   forward_rules); on the 130 rows outside it lost in geomean 1.49x, up to 50x (64 -> 56 k9
+//   on 256x256: its result 18x x's bytes). Validation seed 2 (Cout <= 32): the
 //   layers it lost to torch on were small (under 2^18 result elements, 26-52 us).
 bool col2im_preferred(const Query& q) {
   const Problem& p = q.p;
@@ -851,14 +852,14 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   // the columns padded: the strided problem's GEMMs pad Cout/groups to a tile of 32+ and run
   // once per stride phase, while the gathered problem reads x once per gradient. Tuning seed
   // 1 (the 67 kernel <= stride layers of its first 300 with a multiple of 8 input channels
-  // per group, x fp32 / bf16, forced bwd:tap_gather against the default): the 10 such rows the old condition left strided took
-  // geomean 0.65x the strided time (0.32-1.06x; 768 -> 3 k2 s2 on 128x128 bf16 327 -> 105
-  // us); smaller layers of the class lost on 4 of 6 rows (to 1.8x slower: a channels-last
-  // 256 -> 4 k(1,3) on 4x16 images); channels-last grad_output with 16+ outputs lost up to
-  // 3.8x. Validation seed 2: 8 rows newly gathered, geomean 0.76x the strided time; two
-  // grouped rows with one output per group (one gathered column, padded to a chunk: 768 -> 8
-  // k1 s2 d2 g8) 1.2-1.4x slower, not excluded yet. Measured with TF32 allowed; a 1x1 input
-  // (one dense GEMM strided) is not excluded either (no such layer measured).
+  // per group, x fp32 / bf16, forced bwd:tap_gather against the default): the 10 such rows
+  // the old condition left strided took geomean 0.65x the strided time (0.32-1.06x; 768 -> 3
+  // k2 s2 on 128x128 bf16 327 -> 105 us); smaller layers of the class lost on 4 of 6 rows (to
+  // 1.8x slower: a channels-last 256 -> 4 k(1,3) on 4x16 images); channels-last grad_output
+  // with 16+ outputs lost up to 3.8x. Validation seed 2: 8 rows newly gathered, geomean 0.76x the
+  // strided time; two grouped rows with one output per group (one gathered column, padded to a
+  // chunk: 768 -> 8 k1 s2 d2 g8) 1.2-1.4x slower, not excluded yet. Measured with TF32 allowed; a
+  // 1x1 input (one dense GEMM strided) is not excluded either (no such layer measured).
   const bool aligned = q.go_nchw && (p.cout_g() * p.kh * p.kw) % chunk_elems(q.dt) == 0;
   const bool few = p.cout_g() <= 8 && p.N * p.Cin * p.H * p.W >= (int64_t(1) << 19);
   return aligned || few ? Algo::kTapGather : Algo::kStrided;

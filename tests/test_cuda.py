@@ -2159,7 +2159,8 @@ def test_tap_gathered_planned(monkeypatch):
     for go_layout in (torch.contiguous_format, torch.channels_last):
         x, w, b = rgb.make(torch.bfloat16, "cuda")
         ho, wo = rgb.out_hw()
-        gy = torch.randn(1, 3, ho, wo, device="cuda").to(torch.bfloat16).contiguous(memory_format=go_layout)
+        gy = torch.randn(1, 3, ho, wo, device="cuda").to(torch.bfloat16)
+        gy = gy.contiguous(memory_format=go_layout)
         check(x, w, b, rgb.kwargs(), gy=gy, what=f"gathered few outputs {go_layout} ")
         assert _ran("bwd") == "tap_gather", convt2d.last_algorithms()
     small = Cfg(1, 256, 3, 16, 32, k=3, stride=3)

@@ -33,6 +33,19 @@ struct Problem {
   CONVT2D_HD int64_t cout_g() const { return Cout / groups; }
 };
 
+// The 1x1 problem over p's input pixels with `cout` output channels (kernel, stride and
+// dilation 1, no padding, output H x W; groups kept): the GEMM + col2im forward's GEMM and the
+// backward's tap-gathered problem.
+inline Problem pointwise_problem(const Problem& p, int64_t cout) {
+  Problem p1 = p;
+  p1.Cout = cout;
+  p1.Ho = p.H;
+  p1.Wo = p.W;
+  p1.kh = p1.kw = p1.sh = p1.sw = p1.dh = p1.dw = 1;
+  p1.ph = p1.pw = p1.oph = p1.opw = 0;
+  return p1;
+}
+
 CONVT2D_HD int64_t gcd64(int64_t a, int64_t b) {
   while (b) { int64_t t = a % b; a = b; b = t; }
   return a;

@@ -551,10 +551,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     a.chan_last = !out.is_contiguous();
     // The implicit GEMM's 1x1 problem: Cout*kh*kw outputs, the weight viewed as Cin x
     // Cout*kh*kw x 1 x 1.
-    Problem p1 = p;
-    p1.Cout = ck; p1.Ho = p.H; p1.Wo = p.W;
-    p1.kh = p1.kw = p1.sh = p1.sw = p1.dh = p1.dw = 1;
-    p1.ph = p1.pw = p1.oph = p1.opw = 0;
+    Problem p1 = pointwise_problem(p, ck);
     const at::Tensor w1 = split.cublas ? weight : weight.reshape({p.Cin, ck, 1, 1});
     for (int64_t n0 = 0; n0 < p.N; n0 += nb) {
       const int64_t n = std::min(nb, p.N - n0);
@@ -932,11 +929,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
       query(p, grad_output, input, output_mask[0], output_mask[1]), ov.get(Pass::kBackward));
   if (transform == Algo::kTapGather || transform == Algo::kTapGatherCublas) {
     const int64_t kg = p.cout_g() * kk, kgp = cuda::padded_channels(kg, dt);
-    Problem p1 = p;
-    p1.Cout = p.groups * kgp;
-    p1.Ho = p.H; p1.Wo = p.W;
-    p1.kh = p1.kw = p1.sh = p1.sw = p1.dh = p1.dw = 1;
-    p1.ph = p1.pw = p1.oph = p1.opw = 0;
+    const Problem p1 = pointwise_problem(p, p.groups * kgp);
     auto g2 = at::empty({p.N, p1.Cout, p.H, p.W},
                         grad_output.options().memory_format(at::MemoryFormat::ChannelsLast));
     const int64_t gs[4] = {grad_output.stride(0), grad_output.stride(1), grad_output.stride(2),

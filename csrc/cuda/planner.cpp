@@ -792,6 +792,12 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   const Problem& p = q.p;
   if (forced == Algo::kTapGatherCublas && can_implement(Algo::kTapGatherCublas, q))
     return Algo::kTapGatherCublas;
+  // The gathered columns per group; the domain the first rules were measured in (NCHW
+  // grad_output, the columns in whole 16-byte chunks: no padding columns); x's size, below
+  // which the few-output rules' extra launches cost more than they save.
+  const int64_t kk = p.kh * p.kw, cols = p.cout_g() * kk;
+  const bool measured = q.go_nchw && cols % chunk_elems(q.dt) == 0;
+  const bool large_x = p.N * p.Cin * p.H * p.W >= (int64_t(1) << 19);
   if (!gather_permutes(p)) {  // (so overlapping taps: can_implement)
     // Overlapping taps: the gather is an im2col of grad_output (as large as the weight times
     // pixels / input channels), worth it where the weight dominates the bytes (tuning seed 1,
@@ -809,11 +815,9 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
     //   half the input channels (per group): strided took 0.52-1.15x its time, geomean ~0.83
     //   (and ~0.9 on a validation seed); with more pixels the gather lost (up to 4x). Measured
     //   with 32+ input channels and 128+ gathered channels (Cout/groups x taps) per group.
-    const int64_t pix = p.N * p.H * p.W, kk = p.kh * p.kw;
+    const int64_t pix = p.N * p.H * p.W;
     const bool sixteen = q.dt == DType::kHalf || q.dt == DType::kBFloat16;
-    // (These two rules were measured with NCHW grad_output and Cout/groups*kh*kw in whole
-    // chunks only.)
-    const bool measured = q.go_nchw && (p.cout_g() * kk) % chunk_elems(q.dt) == 0;
+    // (These two rules: measured only.)
     if (measured && can_implement(Algo::kTapGatherCublas, q) &&
         p.Cin * p.Cout * kk >= (int64_t(1) << 22) &&
         (16 * pix <= p.Cin || (sixteen && 2 * pix <= 5 * p.Cin && p.Cout * kk <= 65536)))
@@ -832,11 +836,9 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
     //   save); with larger im2cols 18 of 31 lost (0.45-0.97x), all with 16+ outputs per
     //   group. Validation seed 2 agreed, and showed layers of 1-3 outputs with im2cols 2-3x x
     //   left strided 1.6-2.6x slower than gathered: the 3x bound for 8 outputs or fewer.
-    const int64_t cols = p.cout_g() * kk;
-    if ((cols <= 2 * p.cin_g() || (p.cout_g() <= 8 && cols <= 3 * p.cin_g())) &&
-        pix * p.Cin >= (int64_t(1) << 19))
+    if ((cols <= 2 * p.cin_g() || (p.cout_g() <= 8 && cols <= 3 * p.cin_g())) && large_x)
       return Algo::kTapGather;
-    return measured && 2 * pix <= p.cin_g() && p.cin_g() >= 32 && p.cout_g() * kk >= 128
+    return measured && 2 * pix <= p.cin_g() && p.cin_g() >= 32 && cols >= 128
                ? Algo::kTapGather
                : Algo::kStrided;
   }
@@ -860,9 +862,7 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   // strided time; two grouped rows with one output per group (one gathered column, padded to a
   // chunk: 768 -> 8 k1 s2 d2 g8) 1.2-1.4x slower, not excluded yet. Measured with TF32 allowed; a
   // 1x1 input (one dense GEMM strided) is not excluded either (no such layer measured).
-  const bool aligned = q.go_nchw && (p.cout_g() * p.kh * p.kw) % chunk_elems(q.dt) == 0;
-  const bool few = p.cout_g() <= 8 && p.N * p.Cin * p.H * p.W >= (int64_t(1) << 19);
-  return aligned || few ? Algo::kTapGather : Algo::kStrided;
+  return measured || (p.cout_g() <= 8 && large_x) ? Algo::kTapGather : Algo::kStrided;
 }
 
 static Algo plan_grad_input_uncached(const Query& q, Algo forced) {

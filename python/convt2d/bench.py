@@ -1009,7 +1009,7 @@ def geomeans(rows) -> List[Dict[str, Any]]:
     for d, p in keys:
         sp = [r["speedup"] for r in rows if r["dtype"] == d and r["pass"] == p and r["speedup"]]
         n_all = sum(1 for r in rows if r["dtype"] == d and r["pass"] == p)
-        g = math.exp(sum(math.log(s) for s in sp) / len(sp)) if sp else None
+        g = statistics.geometric_mean(sp) if sp else None
         out.append({"dtype": d, "pass": p, "geomean_speedup": g, "rows": len(sp),
                     "rows_total": n_all})
     return out
@@ -1152,7 +1152,7 @@ def class_breakdown(rows) -> List[Dict[str, Any]]:
     out = []
     for (c, dt, ps), v in groups.items():
         out.append({"class": c, "dtype": dt, "pass": ps, "n": len(v),
-                    "geomean": math.exp(sum(math.log(x) for x in v) / len(v)),
+                    "geomean": statistics.geometric_mean(v),
                     "ge_1": sum(x >= 1.0 for x in v), "lt_0_8": sum(x < 0.8 for x in v)})
     out.sort(key=lambda d: (SHAPE_CLASSES.index(d["class"]), d["dtype"], d["pass"]))
     return out

@@ -293,7 +293,7 @@ def test_tensor_core_kernels_forced(cfg, dtype, layout, ws, monkeypatch):
     # "1": the warp-specialised kernel with its TMA loader where that applies (all these
     # rows except the groups=2 row's grad_input, Kc 80: a channel tile would cross into
     # the next group, so it loads with cp.async); "1-cpasync": loader=cpasync. "0": the
-    # two-block kernel. (Elsewhere than on an H100 the launcher's choice runs.)
+    # two-block kernel. (Elsewhere than on an H100 the planner's choice among the others runs.)
     _algo(monkeypatch, _WS_ALGOS[ws])
     x, w, b = cfg.make(dtype, "cuda")
     if layout == "channels_last":

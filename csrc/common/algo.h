@@ -29,7 +29,7 @@ enum class Algo : int {
   kFwdCublasGemm,       // dense-GEMM shapes (dense_gemm_shape): one cuBLAS GEMM through torch
   kFwdGemmCol2im,       // one GEMM over all taps (cuBLAS or the implicit GEMM) + col2im pass
   // forward and grad_input: implicit GEMM per stride phase (implicit_gemm/)
-  kImplicitGemm,        // tensor cores, the kernel picked by its launcher (below)
+  kImplicitGemm,        // tensor cores, the kernel picked by the planner (igemm_kernel; below)
   kImplicitGemmMma,     // mma.sync tiles (compute capability 8.0+), no wgmma
   kImplicitGemmWgmma,   // Hopper wgmma, two blocks per SM
   kImplicitGemmWgmmaWs, // Hopper wgmma, warp-specialised 256-row tiles

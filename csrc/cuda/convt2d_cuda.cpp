@@ -336,7 +336,6 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
     mq_y = p.H; mq_x = p.W;
   }
   prm.max_m = p.N * mq_y * mq_x;
-  prm.ws = cuda::igemm_kernel_select(algo);
   prm.var = var;
   cuda::fill_phase_geo(prm);
 
@@ -361,15 +360,16 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
     if (cuda::tc_igemm_supported(prm, dt)) {
       // Split-K (planner: a grid under 35% of the GPU, a predicted 1.5x; the override's
       // k_splits) into fp32 partials shaped like dst, added with the bias by
-      // launch_igemm_split_reduce. Not on the warp-specialised and halo kernels: unless
-      // forced, only where the planner left the kernel to the launcher or chose the
-      // two-block or mma.sync one.
+      // launch_igemm_split_reduce. Not where the warp-specialised or halo kernel is forced.
+      // Then the kernel (planner: cuda::igemm_kernel, among those igemm_caps can run).
+      const cuda::Query q = make_query(p, dt, math);
+      const int forced_ws = cuda::igemm_kernel_select(algo);
       const bool cl = dst.is_contiguous(at::MemoryFormat::ChannelsLast);
-      int splits = var.k_splits > 0 ? var.k_splits
-                   : prm.ws == 1 || prm.ws == 2
-                       ? 1
-                       : cuda::igemm_k_splits(make_query(p, dt, math), !fwd);
+      int splits = var.k_splits > 0                     ? var.k_splits
+                   : forced_ws == 1 || forced_ws == 2 ? 1
+                                                        : cuda::igemm_k_splits(q, !fwd);
       if (!(dst.is_contiguous() || cl)) splits = 1;
+      prm.ws = cuda::igemm_kernel(q, !fwd, cuda::igemm_caps(prm, dt, math), forced_ws, splits);
       at::Tensor split_ws;
       if (splits > 1) {
         split_ws = at::empty({splits, dst.numel()}, dst.options().dtype(at::kFloat));
@@ -379,8 +379,7 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
       }
       // 3xTF32 on the Hopper halo kernel: the weight's big and small TF32 halves.
       at::Tensor halves, wflag, halves16, f16_state;
-      if (dt == DType::kFloat && math == MathMode::kIEEE && splits == 1 &&
-          cuda::tc_halo_supported(prm, dt, math)) {
+      if (dt == DType::kFloat && math == MathMode::kIEEE && prm.ws == 2) {
         halves = at::empty({2, w2.numel()}, w2.options());
         wflag = at::zeros({1}, w2.options().dtype(at::kInt));
         float* hi = halves.data_ptr<float>();

@@ -867,7 +867,7 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
 
 static Algo plan_grad_input_uncached(const Query& q, Algo forced) {
   // grad_input is the strided conv2d of grad_output with the weight: one implicit GEMM, its
-  // tensor-core kernel picked by the launcher (implicit_gemm/igemm_tensor_core.cu), unless
+  // tensor-core kernel picked by igemm_kernel (below), unless
   // the GEMM's N (Cin/groups) and K (Cout/groups x taps) are so small that its tiles are
   // mostly padding: then the direct kernel, whose floor is the bytes moved (cost model).
   if (forced != Algo::kNone && forced >= Algo::kImplicitGemm && forced <= Algo::kDgradCublasGemm &&
@@ -1059,6 +1059,46 @@ int igemm_k_splits(const Query& q, bool dgrad) {
     }
   }
   return t1 >= 1.5 * tb ? best : 1;
+}
+
+int igemm_kernel(const Query& q, bool dgrad, const IgemmCaps& caps, int forced, int k_splits) {
+  const Problem& p = q.p;
+  // Forced where it can run (the warp-specialised and halo kernels do not split K).
+  if (forced == 3) return 3;
+  if (forced == 2 && caps.halo && k_splits == 1) return 2;
+  if (forced == 0 || forced == 1) return caps.wgmma ? (k_splits > 1 ? 0 : forced) : 3;
+  const int64_t nc = dgrad ? p.cin_g() : p.cout_g();
+  const bool fp32 = q.dt == DType::kFloat, split = fp32 && q.math == MathMode::kIEEE;
+  // The halo kernel (one staged source halo that the tap columns read shifted). Measured on
+  // the H100: it wins with three or more tap columns per phase where the GEMM has at most 64
+  // columns or the type is fp32 (dense stride-1 layers, k=(3,5), forward and grad_input); it
+  // loses with 128 16-bit columns (bf16 forward: 2.04 vs 1.87 ms) and with two tap columns
+  // per phase (stride-2 k=4 / k=3 layers, forward: 15-20% slower). 3xTF32 (fp32, TF32 off):
+  // wherever it runs, against the mma.sync 3xTF32 kernel (about 2x slower).
+  // Where the warp-specialised kernel's TMA loader applies it beats the halo kernel on GEMMs
+  // of more than 64 columns (fp32, dense stride-1 with 128 outputs per group, forward: 2.657
+  // -> 2.314 ms) and on 16-bit grad_input (dense stride-1, bf16: 64 outputs per group 1.354
+  // -> 1.223; 128 loses 1.5%, 1.750 -> 1.776); the halo kernel keeps 16-bit forward (64
+  // outputs per group, bf16: 1.429 vs 1.546) and fp32 with <= 64 columns (64 outputs per
+  // group 2.073 vs 2.396; 128 outputs per group, grad_input: 2.949 vs 3.449).
+  const bool halo_wins = split || (caps.halo_tap_cols >= 3 && (nc <= 64 || fp32));
+  if (caps.halo && k_splits == 1 && halo_wins &&
+      (split || !(nc > 64 || (!fp32 && dgrad)) || !caps.ws_tma))
+    return 2;
+  if (!caps.wgmma) return 3;
+  if (k_splits > 1) return 0;
+  // The warp-specialised 256-row tiles (one block per SM) wherever its TMA loader applies
+  // (faster than the two-block kernel on every benchmarked layer it takes: bf16 forward,
+  // k=2 stride 2 0.161 -> 0.146 ms, dense stride-1 with 64 outputs per group 2.215 -> 1.536),
+  // and with the cp.async loader for more than 64 columns and a long K loop (an average K
+  // row, per stride phase, of 12+ tiles of 128 bytes); below that the fill and the
+  // unoverlapped epilogue of a single resident block cost more than the two-block kernel
+  // (cp.async loader, bf16: k=2 stride 2 0.197 vs 0.176 ms, dense stride-1 with 64 outputs per
+  // group 2.27 vs 2.22 ms).
+  const int64_t kc = dgrad ? p.cout_g() : p.cin_g();
+  const int64_t phases = dgrad ? 1 : p.sh * p.sw;
+  const int64_t k_row_bytes = kc * p.kh * p.kw * elem_bytes(q.dt) / phases;
+  return caps.ws_tma || (nc > 64 && k_row_bytes >= 12 * 128) ? 1 : 0;
 }
 
 int igemm_kernel_select(Algo a) {

@@ -95,8 +95,14 @@ bool grad_weight_reads_nchw_x(const Query& q, const Variant& var);
 // c channels rounded up to whole 16-byte chunks of dt (the padded algorithms' channels).
 int64_t padded_channels(int64_t c, DType dt);
 
-// IgemmParams::ws for an implicit-GEMM algorithm (-1: the launcher's choice).
+// IgemmParams::ws of a forced implicit-GEMM kernel (kImplicitGemmWgmma, ...WgmmaWs, ...Halo,
+// ...Mma), -1 for any other algorithm.
 int igemm_kernel_select(Algo a);
+// The tensor-core implicit GEMM's kernel (IgemmParams::ws: 0 Hopper two-block, 1
+// warp-specialised, 2 halo, 3 mma.sync) for the query's forward (dgrad false) or grad_input,
+// among those caps says can run, with k_splits K ranges (only the two-block and the mma.sync
+// kernels split); forced (igemm_kernel_select, -1 none) where it can run.
+int igemm_kernel(const Query& q, bool dgrad, const IgemmCaps& caps, int forced, int k_splits);
 // IgemmParams::k_splits for the tensor-core implicit GEMM of the query's forward (dgrad
 // false) or grad_input: 1 unless its grid fills under 35% of the GPU and the split is
 // predicted 1.5x faster (cost model).

@@ -42,10 +42,9 @@ struct IgemmParams {
   int64_t Kc = 0, Nc = 0;      // reduced / produced channels per group
   int64_t phases_y = 1, phases_x = 1;
   int64_t max_m = 0;           // largest per-phase M (grid sizing)
-  // The tensor-core kernel (planner: Algo::kImplicitGemm*): -1 the launcher's choice, 0 Hopper
-  // two-block, 1 warp-specialised, 2 halo (implicit_gemm/igemm_halo_sm90.cu) where supported
-  // (else the launcher's choice), 3 mma.sync (no wgmma).
-  int ws = -1;
+  // The tensor-core kernel, as the planner chose it (cuda::igemm_kernel): 0 Hopper two-block,
+  // 1 warp-specialised, 2 halo (implicit_gemm/igemm_halo_sm90.cu), 3 mma.sync (no wgmma).
+  int ws = 3;
   Variant var;                 // forced variants (CONVT2D_ALGO options)
   // 3xTF32 on the halo kernel (fp32, TF32 off): wpk split into big and small TF32
   // halves (launch_split_tf32, same layout as wpk), and a device int that is nonzero
@@ -168,6 +167,19 @@ cudaError_t launch_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaSt
 // Tensor-core implicit GEMM (implicit_gemm/igemm_tensor_core.cu): src read channels-last
 // (src.sc == 1), wpk packed K-major [G][kh][kw][Nc][Kc]; fp32 in MathMode::kIEEE runs as 3xTF32.
 bool tc_igemm_supported(const IgemmParams& prm, DType dt);
+// Which of the tensor-core implicit GEMM's kernels can run prm (where tc_igemm_supported):
+// capabilities only; the planner (cuda::igemm_kernel) chooses among them and sets prm.ws.
+struct IgemmCaps {
+  bool wgmma = false;      // the Hopper wgmma kernels (two-block, warp-specialised): an sm_90a
+                           // build on 9.0, more than 32 GEMM columns, K rows of 128+ bytes, not 3xTF32
+  bool ws_tma = false;     // the warp-specialised kernel's TMA loader (its maps encode; not
+                           // forced off by Variant::loader = 0)
+  bool halo = false;       // the halo kernel (tc_halo_supported)
+  int64_t halo_tap_cols = 0;  // its most tap columns per stride phase (its source reuse)
+};
+IgemmCaps igemm_caps(const IgemmParams& prm, DType dt, MathMode math);
+// Runs the kernel prm.ws names (0 Hopper two-block, 1 warp-specialised, 2 halo, 3 mma.sync);
+// where that kernel cannot run prm, the mma.sync kernel (the halo kernel: an error).
 cudaError_t launch_tc_igemm(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
 // dst[e] = sum over s < splits (in order) of ws[s * numel + e] (+ bias[c]) for the dense dst
 // of numel elements whose channel is c = (e / inner) % C (inner = H*W for NCHW, 1 for
@@ -198,8 +210,8 @@ cudaError_t launch_add_bias(void* dst, const void* bias, int64_t numel, int64_t 
 // columns read shifted views of one staged source halo. fp32 in MathMode::kIEEE
 // runs as 3xTF32 and needs prm.wpk_hi / wpk_lo / wflag.
 bool tc_halo_supported(const IgemmParams& prm, DType dt, MathMode math);
-// The heuristic's choice among the supported shapes (measured, see implicit_gemm/igemm_halo_sm90.cu).
-bool tc_halo_preferred(const IgemmParams& prm, DType dt, MathMode math);
+// The halo kernel's most tap columns per stride phase of prm's GEMM.
+int64_t tc_halo_tap_cols(const IgemmParams& prm);
 cudaError_t launch_tc_halo(const IgemmParams& prm, DType dt, MathMode math, cudaStream_t st);
 // fp32 -> big and small TF32 halves (3xTF32, round to nearest; a finite value that
 // would round to inf keeps a truncated big half; inf / NaN have no small half), and

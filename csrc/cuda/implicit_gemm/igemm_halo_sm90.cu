@@ -1109,19 +1109,12 @@ bool tc_halo_f16x3_applies(const IgemmParams& prm) {
 #endif
 }
 
-// Measured on the H100: the halo kernel wins with three or more tap columns when the GEMM
-// has at most 64 columns or the type is fp32 (dense stride-1 layers, k=(3,5), forward and
-// grad_input); it loses with 128 16-bit columns (bf16 forward: 2.04 vs 1.87 ms) and with
-// two tap columns per phase (stride-2 k=4 / k=3 layers, forward: 15-20% slower).
-// 3xTF32 (fp32, TF32 off): the halo kernel wherever it applies; the alternative is
-// the mma.sync 3xTF32 kernel.
-bool tc_halo_preferred(const IgemmParams& prm, DType dt, MathMode math) {
+int64_t tc_halo_tap_cols(const IgemmParams& prm) {
 #if defined(CONVT2D_WGMMA)
-  if (dt == DType::kFloat && math == MathMode::kIEEE) return true;
-  return halo_shape(prm).max_ntap_x >= 3 && (prm.Nc <= 64 || dt == DType::kFloat);
+  return halo_shape(prm).max_ntap_x;
 #else
-  (void)prm; (void)dt; (void)math;
-  return false;
+  (void)prm;
+  return 0;
 #endif
 }
 

@@ -539,45 +539,26 @@ cudaError_t run_tc_bn(const IgemmParams& prm, cudaStream_t st) {
   }
 }
 
-// wgmma kernels exist when the build targets sm_90a (setup.py defines
-// CONVT2D_WGMMA); they run on compute capability 9.0 for 128-byte K rows and
-// more than 32 GEMM columns, unless the planner asked for mma.sync (ws == 3).
+// The wgmma kernels exist when the build targets sm_90a (setup.py defines CONVT2D_WGMMA) and
+// run on compute capability 9.0, for more than 32 GEMM columns (igemm_caps).
 bool use_wgmma(const IgemmParams& prm) {
   if (prm.Nc <= 32 || prm.ws == 3) return false;
   return wgmma_device();
 }
 
+// The kernel prm.ws names (the planner's choice, cuda::igemm_kernel): 1 the warp-specialised
+// 256-row tiles (TMA loader where its maps encode, else cp.async), 0 the two-block kernel
+// (the only wgmma kernel that splits K), 3 or no wgmma: mma.sync.
 template <typename T, bool kSplit>
 cudaError_t run_tc_k(const IgemmParams& prm, cudaStream_t st) {
 #if defined(CONVT2D_WGMMA)
   if constexpr (!kSplit) {
     if (prm.Kc * int64_t(sizeof(T)) >= 128 && use_wgmma(prm)) {
-      // Split-K runs on the two-block kernel only.
-      if (prm.k_splits > 1) {
-        if (prm.Nc <= 64) return run_tc<TcTraits<T, 128, 64, 8, 1, 4, 128, false, 2, true>>(prm, st);
-        return run_tc<TcTraits<T, 128, 128, 8, 1, 3, 128, false, 2, true>>(prm, st);
-      }
-      // Warp-specialised 256-row tiles (one block per SM) wherever its TMA loader
-      // applies (measured faster than the two-block kernel on every benchmarked layer it
-      // takes: bf16 forward, k=2 stride 2 0.161 -> 0.146 ms, dense stride-1 with 64
-      // outputs per group (Nc 64) 2.215 -> 1.536), and with the cp.async loader when
-      // the GEMM has more than 64 columns and a long enough K loop (average K row >= 12
-      // tiles of 128 bytes); below that the fill and the unoverlapped epilogue of a
-      // single resident block cost more than the two-block kernel (cp.async loader,
-      // measured bf16: k=2 stride 2 0.197 vs 0.176 ms, dense stride-1 with 64 outputs
-      // per group 2.27 vs 2.22 ms).
-      // prm.ws (the planner: autotune or the override) = 0 / 1 forces it off / on.
-      const bool forced = prm.ws == 0 || prm.ws == 1;
-      const bool want = prm.ws == 1;
-      const int64_t k_row_bytes = prm.Kc * prm.p.kh * prm.p.kw * int64_t(sizeof(T)) /
-                                  (prm.phases_y * prm.phases_x);
-      const bool ws_auto = prm.Nc > 64 && k_row_bytes >= 12 * 128;
-      using Ws64 = WsTraits<T, 64, 5>;
-      using Ws128 = WsTraits<T, 128, 4>;
-      TmaArgs<true> a;
-      const bool tma = (!forced || want) &&
-                       (prm.Nc <= 64 ? ws_tma_args<Ws64>(prm, a) : ws_tma_args<Ws128>(prm, a));
-      if (forced ? want : tma || ws_auto) {
+      if (prm.ws == 1 && prm.k_splits == 1) {
+        using Ws64 = WsTraits<T, 64, 5>;
+        using Ws128 = WsTraits<T, 128, 4>;
+        TmaArgs<true> a;
+        const bool tma = prm.Nc <= 64 ? ws_tma_args<Ws64>(prm, a) : ws_tma_args<Ws128>(prm, a);
         if (prm.Nc <= 64) return run_ws<Ws64>(prm, tma ? &a : nullptr, st);
         return run_ws<Ws128>(prm, tma ? &a : nullptr, st);
       }
@@ -649,31 +630,20 @@ static bool ws_tma_applies(const IgemmParams& prm, DType dt) {
 #endif
 }
 
-// The halo kernel where it applies and the launcher's heuristic (or prm.ws == 2) picks it.
-static bool want_halo(const IgemmParams& prm, DType dt, MathMode math) {
-  if (prm.ws == 0 || prm.ws == 1 || prm.ws == 3 || prm.k_splits > 1) return false;
-  const bool forced = prm.ws == 2;
-  // 3xTF32 on the halo kernel needs the split weight (the glue provides it where supported).
-  if (dt == DType::kFloat && math == MathMode::kIEEE && !prm.wpk_hi) return false;
-  if (!tc_halo_supported(prm, dt, math)) return false;
-  if (forced) return true;
-  if (!tc_halo_preferred(prm, dt, math)) return false;
-  // Where the warp-specialised kernel's TMA loader applies it beats the halo kernel
-  // (both on cp.async then) on GEMMs of more than 64 columns (fp32, dense stride-1 with
-  // 128 outputs per group, forward: 2.657 -> 2.314 ms) and on 16-bit grad_input (dense
-  // stride-1, bf16: 64 outputs per group 1.354 -> 1.223; 128 loses 1.5%, 1.750 -> 1.776);
-  // the halo kernel keeps 16-bit forward (64 outputs per group, bf16: 1.429 vs 1.546) and
-  // fp32 with <= 64 columns (64 outputs per group 2.073 vs 2.396; 128 outputs per group,
-  // grad_input: 2.949 vs 3.449). (With its own TMA loader the halo kernel's 16-bit
-  // grad_input with 64 outputs per group measured 1.221-1.232 ms: a tie.)
-  if (math == MathMode::kIEEE || use_wgmma(prm) == false) return true;
-  const bool bits16 = dt != DType::kFloat;
-  if (!(prm.Nc > 64 || (bits16 && prm.mode == IgemmMode::kDgrad))) return true;
-  return !ws_tma_applies(prm, dt);
+IgemmCaps igemm_caps(const IgemmParams& prm, DType dt, MathMode math) {
+  IgemmCaps c;
+  if (dt == DType::kDouble) return c;
+  const int64_t size = dt == DType::kFloat ? 4 : 2;
+  const bool split = dt == DType::kFloat && math == MathMode::kIEEE;  // 3xTF32: mma.sync or halo
+  c.wgmma = !split && prm.Kc * size >= 128 && prm.Nc > 32 && wgmma_device();
+  c.ws_tma = c.wgmma && ws_tma_applies(prm, dt);
+  c.halo = tc_halo_supported(prm, dt, math);
+  if (c.halo) c.halo_tap_cols = tc_halo_tap_cols(prm);
+  return c;
 }
 
 cudaError_t launch_tc_igemm(const IgemmParams& prm_in, DType dt, MathMode math, cudaStream_t st) {
-  if (want_halo(prm_in, dt, math)) return launch_tc_halo(prm_in, dt, math, st);
+  if (prm_in.ws == 2) return launch_tc_halo(prm_in, dt, math, st);
   // NCHW x that only the 3xFP16 halo kernel reads itself: the channels-last copy first.
   IgemmParams prm = prm_in;
   if (prm.src_nchw.ptr) {

@@ -879,9 +879,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
           const at::Tensor x2 = prm.x_nchw ? x : to_channels_last(x, st);
           prm.x = ref(x2);
           if (cuda::tc_wgrad_supported(prm, dt)) {
-            auto run = [&](int tile) {
+            auto run = [&](int tile) {  // (tuning::kHeuristic: the planner's tile)
+              if (tile < 0) tile = cuda::wgrad_tile(q, prm.x_nchw, ov.var.wgrad_tile);
               const cuda::TcWgradPlan plan = cuda::tc_wgrad_plan(p, dt, math, sms, tile,
-                                                                 prm.x_nchw, ov.var.wgrad_tile);
+                                                                 prm.x_nchw);
               prm.tile = tile;
               prm.splits = plan.splits;
               prm.k_per_split = plan.k_per_split;

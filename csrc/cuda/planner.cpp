@@ -1101,6 +1101,22 @@ int igemm_kernel(const Query& q, bool dgrad, const IgemmCaps& caps, int forced, 
   return caps.ws_tma || (nc > 64 && k_row_bytes >= 12 * 128) ? 1 : 0;
 }
 
+int wgrad_tile(const Query& q, bool x_nchw, int forced) {
+  const Problem& p = q.p;
+  constexpr int kBigTall = 3, kBigWide = 4, kWg64 = 5, kWg128 = 6, kNoWg = 9;
+  static_assert(kWgradTileCount == kNoWg + 1, "kWgradTileNames");
+  // The wgmma tiles: 16-bit, x channels-last, an sm_90a build on a 9.0 device.
+  const bool wg_ok = (q.dt == DType::kHalf || q.dt == DType::kBFloat16) && !x_nchw && q.wgmma;
+  if (forced >= 0 && forced < kWg64) return forced;
+  if (wg_ok && forced >= kWg64 && forced < kNoWg) return forced;
+  // wgmma's 256 (tap, output channel) rows x 64 / 128 input channels where there are 128 rows;
+  // else the 64x64-warp mma.sync tiles (measured on the suite: they win in every dtype), with
+  // 128 input channels per tile once there are that many.
+  if (wg_ok && forced != kNoWg && p.kh * p.kw * p.cout_g() >= 128)
+    return p.cin_g() > 64 ? kWg128 : kWg64;
+  return p.cin_g() > 64 ? kBigWide : kBigTall;
+}
+
 int igemm_kernel_select(Algo a) {
   switch (a) {
     case Algo::kImplicitGemmWgmma: return 0;

@@ -91,6 +91,11 @@ std::vector<Algo> grad_input_candidates(const Query& q);
 // copy; var: the override's wgrad_x).
 Algo plan_grad_weight(const Query& q, Algo forced);
 bool grad_weight_reads_nchw_x(const Query& q, const Variant& var);
+// The tensorop grad_weight's tile, a kWgradTileNames index (the mma.sync tiles narrow .. bigwide,
+// the wgmma tiles wg64 .. wg128k), for x read NCHW or channels-last (x_nchw); forced:
+// Variant::wgrad_tile (-1 none; "nowg": the choice without the wgmma tiles). fp32 with TF32
+// off has one tile (3xTF32), whatever this returns.
+int wgrad_tile(const Query& q, bool x_nchw, int forced);
 
 // c channels rounded up to whole 16-byte chunks of dt (the padded algorithms' channels).
 int64_t padded_channels(int64_t c, DType dt);

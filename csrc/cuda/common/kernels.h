@@ -113,8 +113,9 @@ struct WgradParams {
   void* gw = nullptr;         // [Cin][Cog][kh][kw] contiguous, dtype of x
   int64_t splits = 1;
   int64_t k_per_split = 0;    // pixels per split (multiple of the tile's BK)
-  int tile = -1;              // tensor-core tile (grad_weight/wgrad_tensor_core.cu TwTile): -1 heuristic
-  Variant var;                // forced variants (CONVT2D_ALGO options: wgrad_tile)
+  int tile = -1;              // tensor-core tile, a kWgradTileNames index (the planner's
+                              // cuda::wgrad_tile, or autotune's: 0..kTcWgradTiles-1)
+  Variant var;                // forced variants (CONVT2D_ALGO options)
   // grad_weight/wgrad_tensor_core.cu: x is NCHW contiguous (not channels-last): its tiles are read K-major
   // (pixels contiguous), so the backward needs no channels-last copy of x.
   bool x_nchw = false;
@@ -234,11 +235,10 @@ bool tc_halo_f16x3_applies(const IgemmParams& prm);
 bool wgmma_device();
 cudaError_t launch_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 bool tc_wgrad_supported(const WgradParams& prm, DType dt);
-// tile: -1 heuristic, else one of kTcWgradTiles (grad_weight/wgrad_tensor_core.cu); the same value must
-// then be in WgradParams::tile.
-// forced_tile: Variant::wgrad_tile (-1: none); launch_tc_wgrad reads prm.var.wgrad_tile.
+// The split of the tensorop grad_weight with tile `tile` (as WgradParams::tile, which must
+// then hold the same value).
 TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile,
-                          bool x_nchw, int forced_tile = -1);
+                          bool x_nchw);
 constexpr int kTcWgradTiles = 5;
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st);
 // The fixed-order reduction of a [splits][G][kh*kw*Cog][Cig] fp32 workspace into

@@ -486,33 +486,27 @@ template <typename T> using TwWg128 = TwTraits<T, 256, 128, 8, 1, 32, 5, false, 
 template <typename T> using TwWg64K = TwTraits<T, 256, 64, 8, 1, 64, 4, false, true>;
 template <typename T> using TwWg128K = TwTraits<T, 256, 128, 8, 1, 64, 4, false, true>;
 
-// An explicit tile (0..kTcWgradTiles-1, from autotuning) or a forced one (Variant::wgrad_tile,
-// an index into kWgradTileNames: narrow | wide | tall | bigtall | bigwide | wg64 | wg128 |
-// wg64k | wg128k, or nowg: the heuristic without the wgmma tiles) overrides the heuristic.
+// The tile WgradParams::tile names (a kWgradTileNames index: narrow | wide | tall | bigtall |
+// bigwide | wg64 | wg128 | wg64k | wg128k; the planner's cuda::wgrad_tile or autotune's),
+// where it can run: 3xTF32 (fp32, TF32 off) has one tile, kSplit; the wgmma tiles need 16-bit
+// channels-last x on an sm_90a build on 9.0 (else the 64x64-warp mma.sync tile of its width).
 enum class TwTile { kNarrow, kWide, kTall, kBigTall, kBigWide, kSplit, kWg64, kWg128, kWg64K,
                     kWg128K, kCount };
 static_assert(int(TwTile::kSplit) == kTcWgradTiles, "tile count");
 static_assert(kWgradTileCount == 10, "kWgradTileNames: 5 mma.sync tiles, 4 wgmma tiles, nowg");
 bool tw_is_wg(TwTile t) { return t >= TwTile::kWg64 && t <= TwTile::kWg128K; }
-TwTile tw_tile(const Problem& p, DType dt, MathMode math, int tile, bool xn, int forced) {
+TwTile tw_tile(const Problem& p, DType dt, MathMode math, int tile, bool xn) {
   if (dt == DType::kFloat && math == MathMode::kIEEE) return TwTile::kSplit;
   if (tile >= 0 && tile < kTcWgradTiles) return TwTile(tile);
-  // The wgmma kernel: 16-bit, x channels-last, sm_90a build on a 9.0 device.
   const bool wg_ok = dt != DType::kFloat && !xn && wgmma_device();
-  if (forced >= 0 && forced < kTcWgradTiles) return TwTile(forced);
-  if (wg_ok && forced >= kTcWgradTiles && forced < kTcWgradTiles + 4)
-    return TwTile(int(TwTile::kWg64) + forced - kTcWgradTiles);
-  const bool nowg = forced == kWgradTileCount - 1;
-  if (wg_ok && !nowg && p.kh * p.kw * p.cout_g() >= 128)
-    return p.cin_g() > 64 ? TwTile::kWg128 : TwTile::kWg64;
-  // Measured on the suite: 64x64 warp tiles win in
-  // every dtype; 128 channels of ci per tile once there are that many.
+  if (wg_ok && tile >= kTcWgradTiles && tile < kTcWgradTiles + 4)
+    return TwTile(int(TwTile::kWg64) + tile - kTcWgradTiles);
   return p.cin_g() > 64 ? TwTile::kBigWide : TwTile::kBigTall;
 }
 struct TwShape { int bm, bn, bk; };
-TwShape tw_shape(const Problem& p, DType dt, MathMode math, int tile, bool xn, int forced) {
+TwShape tw_shape(const Problem& p, DType dt, MathMode math, int tile, bool xn) {
   const int bk = dt == DType::kFloat ? 16 : 32;
-  switch (tw_tile(p, dt, math, tile, xn, forced)) {
+  switch (tw_tile(p, dt, math, tile, xn)) {
     case TwTile::kWide: case TwTile::kBigWide: return {128, 128, bk};
     case TwTile::kTall: case TwTile::kBigTall: return {256, 64, bk};
     case TwTile::kWg64: return {256, 64, 32};
@@ -687,8 +681,8 @@ bool tc_wgrad_supported(const WgradParams& prm, DType dt) {
 }
 
 TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms, int tile,
-                          bool x_nchw, int forced_tile) {
-  const TwShape s = tw_shape(p, dt, math, tile, x_nchw, forced_tile);
+                          bool x_nchw) {
+  const TwShape s = tw_shape(p, dt, math, tile, x_nchw);
   const int64_t Mt = p.kh * p.kw * p.cout_g();
   const int64_t tiles = ((Mt + s.bm - 1) / s.bm) * ((p.cin_g() + s.bn - 1) / s.bn) * p.groups;
   const int64_t K = p.N * p.H * p.W;
@@ -700,7 +694,7 @@ TcWgradPlan tc_wgrad_plan(const Problem& p, DType dt, MathMode math, int num_sms
   // 300 / 150 / 50 TFLOP/s (16-bit / tf32 / 3xTF32) against 3 TB/s. Limits:
   // each split at least 16 k-tiles, each fp32 partial sum at most 2^20 pixels,
   // workspace at most 256 MiB.
-  const TwTile tt = tw_tile(p, dt, math, tile, x_nchw, forced_tile);
+  const TwTile tt = tw_tile(p, dt, math, tile, x_nchw);
   int per_sm = tw_occupancy(tt, dt, x_nchw);
   if (per_sm <= 0) per_sm = 2;
   const int64_t cap = int64_t(per_sm) * num_sms;
@@ -742,7 +736,7 @@ cudaError_t launch_tc_wgrad_reduce(const WgradParams& prm, DType dt, cudaStream_
 }
 
 cudaError_t launch_tc_wgrad(const WgradParams& prm, DType dt, MathMode math, cudaStream_t st) {
-  const TwTile tile = tw_tile(prm.p, dt, math, prm.tile, prm.x_nchw, prm.var.wgrad_tile);
+  const TwTile tile = tw_tile(prm.p, dt, math, prm.tile, prm.x_nchw);
   auto run16 = [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
     switch (tile) {

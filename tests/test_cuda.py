@@ -2135,7 +2135,8 @@ def test_tap_gathered_planned(monkeypatch):
     """The backward's tap-gathered 1x1 problem stays on the kernels (not cuBLAS; checked in bf16
     and fp32); kernel == stride on small images with 32+ input channels is not gathered; few
     outputs with unaligned gathered columns are, in either grad_output layout, where x has
-    2^19+ elements."""
+    2^19+ elements; 9+ outputs with unaligned columns and NCHW grad_output are where the strided
+    grad_weight would pad the channels."""
     _algo(monkeypatch, None)
     big = Cfg(2, 64, 32, 32, 32, k=2, stride=2)
     for dt in (torch.bfloat16, torch.float32):
@@ -2167,6 +2168,19 @@ def test_tap_gathered_planned(monkeypatch):
     x, w, b = small.make(torch.bfloat16, "cuda")
     check(x, w, b, small.kwargs(), what="strided few outputs small ")
     assert _ran("bwd") == "strided", convt2d.last_algorithms()
+    # 9+ outputs with unaligned columns (21), NCHW: gathered where the strided grad_weight would
+    # pad the channels (tensorop_padded), in both dtypes; strided where it would not.
+    # (the first layer's strided grad_weight pads, the second's does not: cost model)
+    for cfg, padded in ((Cfg(4, 16, 21, 40, 40, k=3, stride=3, bias=True), True),
+                        (Cfg(2, 128, 21, 24, 20, k=1, stride=2), False)):
+        for dt in (torch.bfloat16, torch.float32):
+            _algo(monkeypatch, "bwd:strided")
+            x, w, b = cfg.make(dt, "cuda")
+            check(x, w, b, cfg.kwargs(), what=f"strided {cfg.id()} {dt} ")
+            assert (_ran("wgrad") == "tensorop_padded") == padded, convt2d.last_algorithms()
+            _algo(monkeypatch, None)
+            check(x, w, b, cfg.kwargs(), what=f"default {cfg.id()} {dt} ")
+            assert _ran("bwd") == ("tap_gather" if padded else "strided"), convt2d.last_algorithms()
 
 
 def test_gemm_col2im_planned(monkeypatch):

@@ -862,7 +862,18 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   // strided time; two grouped rows with one output per group (one gathered column, padded to a
   // chunk: 768 -> 8 k1 s2 d2 g8) 1.2-1.4x slower, not excluded yet. Measured with TF32 allowed; a
   // 1x1 input (one dense GEMM strided) is not excluded either (no such layer measured).
-  return measured || (p.cout_g() <= 8 && large_x) ? Algo::kTapGather : Algo::kStrided;
+  // 9+ outputs per group with the columns not in whole chunks, NCHW grad_output: gathered
+  // where the strided problem's grad_weight would run on zero-padded channels-last copies
+  // (kWgradPadded, which copies all of grad_output, twice: the gather reads each of its taps'
+  // elements once). Tuning seed 1 + validation seed 2, every such row (9 layers x fp32 / bf16
+  // rows) ran gathered in 0.32-0.67x the strided time (1024 -> 21 k1 s2 on 64x64 bf16 393 ->
+  // 127 us; 16 -> 21 k3 s3 on 56x56, x 2^18 elements, 79 -> 47-53 us); the two rows of the
+  // class whose strided grad_weight ran unpadded (96 -> 21 k1 s2 on 13x13, simt) lost 1.7-1.8x
+  // gathered and stay strided. Channels-last grad_output: not measured.
+  const bool padded_wgrad =
+      q.go_nchw && q.want_gw && plan_grad_weight(q, Algo::kNone) == Algo::kWgradPadded;
+  return measured || (p.cout_g() <= 8 && large_x) || padded_wgrad ? Algo::kTapGather
+                                                                  : Algo::kStrided;
 }
 
 static Algo plan_grad_input_uncached(const Query& q, Algo forced) {

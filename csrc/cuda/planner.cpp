@@ -865,8 +865,8 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   // 9+ outputs per group with the columns not in whole chunks, NCHW grad_output: gathered
   // where the strided problem's grad_weight would run on zero-padded channels-last copies
   // (kWgradPadded, which copies all of grad_output, twice: the gather reads each of its taps'
-  // elements once). Tuning seed 1 + validation seed 2, every such row (9 layers x fp32 / bf16
-  // rows) ran gathered in 0.32-0.67x the strided time (1024 -> 21 k1 s2 on 64x64 bf16 393 ->
+  // elements once). Tuning seed 1 + validation seed 2, every such row (9 rows of 5 layers, fp32
+  // and bf16) ran gathered in 0.32-0.67x the strided time (1024 -> 21 k1 s2 on 64x64 bf16 393 ->
   // 127 us; 16 -> 21 k3 s3 on 56x56, x 2^18 elements, 79 -> 47-53 us); the two rows of the
   // class whose strided grad_weight ran unpadded (96 -> 21 k1 s2 on 13x13, simt) lost 1.7-1.8x
   // gathered and stay strided. Channels-last grad_output: not measured.

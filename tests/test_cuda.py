@@ -2131,6 +2131,20 @@ def test_planner_small_phase_and_depthwise_choices(monkeypatch):
         assert _ran("fwd") == "depthwise", convt2d.last_algorithms()
 
 
+def test_planner_channels_last_gemm(monkeypatch):
+    """Channels-last x with 32+ outputs per group and whole 16-byte input-channel chunks: the
+    implicit GEMM where the bytes bound the layer (few reduced channels per output), not the
+    direct kernels (planner cl_gemm), in both dtypes; the output matches in either layout."""
+    _algo(monkeypatch, None)
+    cfg = Cfg(4, 16, 64, 16, 16, k=3, stride=2, padding=1, bias=True)
+    for dt in (torch.float32, torch.bfloat16):
+        x, w, b = cfg.make(dt, "cuda")
+        check(x, w, b, cfg.kwargs(), what=f"nchw {dt} ", backward=False)
+        x = x.contiguous(memory_format=torch.channels_last)
+        check(x, w, b, cfg.kwargs(), what=f"channels-last {dt} ", backward=False)
+        assert _ran("fwd") == "implicit_gemm", convt2d.last_algorithms()
+
+
 def test_tap_gathered_planned(monkeypatch):
     """The backward's tap-gathered 1x1 problem stays on the kernels (not cuBLAS; checked in bf16
     and fp32); kernel == stride on small images with 32+ input channels is not gathered; few

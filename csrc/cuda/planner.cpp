@@ -639,6 +639,20 @@ bool small_phase_gemm(const Query& q) {
          p.cin_g() % chunk_elems(q.dt) == 0 && tensor_cores(q) && q.math != MathMode::kIEEE;
 }
 
+// Channels-last x with 32 or more outputs per group and the input channels in whole 16-byte
+// chunks, TF32 allowed: the tensor-core implicit GEMM, not the direct kernels, even where the
+// bytes bound the layer (few reduced channels per output). The direct kernels' lanes read
+// channels-last x a pixel apart, with few channels per pixel. Tuning seed 1: every such
+// layer the direct kernel ran (8 rows, fp32 / bf16) took 0.27-0.67x its time on the implicit
+// GEMM (32 -> 384 k3 s3 on 56x128 fp32 782 -> 211 us); validation seed 2: 9 of 10 rows faster
+// (0.15-0.89x; 192 -> 128 k1 s2 on 64x64 fp32 1965 -> 298 us), one slower (8 -> 32 k7 s3 on
+// 64x64, batch 1, fp32: 29 -> 54 us). With channels to pad (implicit_gemm_padded) the class
+// lost on 8 of 15 rows, once 8.6x (4 -> 56 k7 bf16, 17 -> 146 us): not taken.
+bool cl_gemm(const Query& q) {
+  return q.x_cl && !q.x_nchw && q.p.cout_g() >= 32 && q.p.cin_g() % chunk_elems(q.dt) == 0 &&
+         tensor_cores(q) && q.math != MathMode::kIEEE;
+}
+
 // The measured rules (the order to try; the last never declines).
 std::vector<Algo> forward_rules(const Query& q) {
   std::vector<Algo> seq;
@@ -689,6 +703,10 @@ std::vector<Algo> forward_rules(const Query& q) {
   }
   const bool gemm_ok = tc_gemm && p.cout_g() >= 8 && kpo >= 256;
   const bool memory_bound = (p.cout_g() < 32 && !gemm_ok) || kpo < 64 || !q.sm80;
+  if (memory_bound && cl_gemm(q)) {
+    seq.push_back(Algo::kImplicitGemm);
+    return seq;
+  }
   if (memory_bound && can_implement(Algo::kDirect, q) && !small_phase_gemm(q)) {
     seq.push_back(Algo::kDirect);
     return seq;
@@ -754,6 +772,8 @@ static std::vector<Algo> plan_forward_uncached(const Query& q, Algo forced) {
     // Nor the direct kernels where small_phase_gemm measured the GEMM faster (the model
     // charges the GEMM three launches against their one: 24 -> 17 us on 48 -> 32 k1 s2, 7x7).
     if (small_phase_gemm(q) && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp)) continue;
+    // Nor for channels-last x with many outputs (cl_gemm: measured, the direct kernels lost).
+    if (cl_gemm(q) && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp)) continue;
     const double t = fwd_time(a, q);
     if (t < tb) {
       tb = t;

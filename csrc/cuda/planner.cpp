@@ -510,7 +510,7 @@ bool can_implement(Algo a, const Query& q) {
       return tensor_cores(q);
     case Algo::kImplicitGemmWgmma:
     case Algo::kImplicitGemmWgmmaWs:
-    case Algo::kImplicitGemmHalo:  // the launcher falls back where the kernel cannot take it
+    case Algo::kImplicitGemmHalo:  // igemm_kernel falls back where igemm_caps says it cannot run
       return tensor_cores(q) && q.wgmma;
     case Algo::kWgradTensorOp:  // whole 16-byte channel chunks on both sides
       return tensor_cores(q) && p.N > 0 && p.Cin > 0 && p.H * p.W > 0 &&
@@ -889,9 +889,10 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
   // and bf16) ran gathered in 0.32-0.67x the strided time (1024 -> 21 k1 s2 on 64x64 bf16 393 ->
   // 127 us; 16 -> 21 k3 s3 on 56x56, x 2^18 elements, 79 -> 47-53 us); the two rows of the
   // class whose strided grad_weight ran unpadded (96 -> 21 k1 s2 on 13x13, simt) lost 1.7-1.8x
-  // gathered and stay strided. Channels-last grad_output: not measured.
-  const bool padded_wgrad =
-      q.go_nchw && q.want_gw && plan_grad_weight(q, Algo::kNone) == Algo::kWgradPadded;
+  // gathered and stay strided. Channels-last grad_output: not measured. (The strided problem's
+  // planned grad_weight, not a forced one, decides.)
+  const bool padded_wgrad = p.cout_g() > 8 && q.go_nchw && q.want_gw &&
+                            plan_grad_weight(q, Algo::kNone) == Algo::kWgradPadded;
   return measured || (p.cout_g() <= 8 && large_x) || padded_wgrad ? Algo::kTapGather
                                                                   : Algo::kStrided;
 }

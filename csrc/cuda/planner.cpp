@@ -769,11 +769,12 @@ static std::vector<Algo> plan_forward_uncached(const Query& q, Algo forced) {
     if (rule == Algo::kFwdDepthwise && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp ||
                                         a == Algo::kNarrowOutput))
       continue;
-    // Nor the direct kernels where small_phase_gemm measured the GEMM faster (the model
-    // charges the GEMM three launches against their one: 24 -> 17 us on 48 -> 32 k1 s2, 7x7).
-    if (small_phase_gemm(q) && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp)) continue;
-    // Nor for channels-last x with many outputs (cl_gemm: measured, the direct kernels lost).
-    if (cl_gemm(q) && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp)) continue;
+    // Nor the direct kernels where the GEMM measured faster: small stride phases of a strided
+    // 1x1 kernel (small_phase_gemm; the model charges the GEMM three launches against their
+    // one: 24 -> 17 us on 48 -> 32 k1 s2, 7x7) and channels-last x with many outputs (cl_gemm).
+    if ((small_phase_gemm(q) || cl_gemm(q)) &&
+        (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp))
+      continue;
     const double t = fwd_time(a, q);
     if (t < tb) {
       tb = t;

@@ -118,3 +118,31 @@ def test_double_backward_raises(device):
         ref = torch.nn.functional.conv_transpose2d(x, w, b, **cfg.kwargs())
         (r,) = torch.autograd.grad(ref.square().sum(), [t])
         torch.testing.assert_close(g, r)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_graph_only_where_a_gradient_is_wanted(device):
+    """The forward records its autograd node exactly when torch's would: not under no_grad or
+    inference_mode or with no input that requires grad (the call then skips the autograd
+    Function), and whenever any one of x, w, bias requires grad, whose gradient is then
+    torch's."""
+    cfg = GRADCHECK_CFGS[0]
+    x, w, b = cfg.make(torch.float64, device)
+    y = convt2d.forward(x, w, b, **cfg.kwargs())
+    assert not y.requires_grad and y.grad_fn is None
+    for which in range(3):
+        ts = [t.detach().clone() for t in (x, w, b)]
+        ts[which].requires_grad_()
+        with torch.no_grad():
+            assert convt2d.forward(*ts, **cfg.kwargs()).grad_fn is None
+        with torch.inference_mode():
+            assert not convt2d.forward(*ts, **cfg.kwargs()).requires_grad
+        y = convt2d.forward(*ts, **cfg.kwargs())
+        assert y.requires_grad and y.grad_fn is not None
+        gy = torch.randn_like(y)
+        (g,) = torch.autograd.grad(y, [ts[which]], gy)
+        rs = [t.detach().clone() for t in (x, w, b)]
+        rs[which].requires_grad_()
+        ref = torch.nn.functional.conv_transpose2d(*rs, **cfg.kwargs())
+        (r,) = torch.autograd.grad(ref, [rs[which]], gy)
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)

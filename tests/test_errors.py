@@ -63,6 +63,10 @@ CASES = {
     "stride_negative": (lambda dt, dv: std(dt, dv, stride=(1, -1)), EXACT, ["stride"]),
     "stride_3_values": (lambda dt, dv: std(dt, dv, stride=(1, 1, 1)), EXACT,
                         ["stride", "[1, 1, 1]"]),
+    "stride_float_element": (lambda dt, dv: std(dt, dv, stride=(1.5, 1)), CONTAINS,
+                             ["stride"]),
+    "padding_float": (lambda dt, dv: std(dt, dv, padding=1.5), CONTAINS, ["padding"]),
+    "dilation_str": (lambda dt, dv: std(dt, dv, dilation="ab"), CONTAINS, ["dilation"]),
     "dilation_0": (lambda dt, dv: std(dt, dv, dilation=0), CONTAINS, ["dilation", "0"]),
     "dilation_negative": (lambda dt, dv: std(dt, dv, dilation=(1, -2)), PREFIX, ["dilation"]),
     "padding_negative": (lambda dt, dv: std(dt, dv, padding=-1), EXACT, ["padding"]),
@@ -197,3 +201,19 @@ def test_backward_op_rejects_wrong_grad_output(device):
     with pytest.raises(RuntimeError, match="grad_output"):
         torch.ops.convt2d.backward(gy, x, w, [1, 1], [0, 0], [0, 0], 1, [1, 1],
                                    [True, True, True])
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_int_like_arguments(device):
+    """What torch takes for stride / padding / output_padding / dilation, convt2d takes with the
+    same result: ints, tuples, lists, torch.Size, numpy integers, 0-d integer tensors."""
+    import numpy as np
+
+    x = torch.randn(2, 4, 5, 6, device=device, dtype=torch.float64)
+    w = torch.randn(4, 3, 3, 2, device=device, dtype=torch.float64)
+    for args in [(2, 1, 1, 1, 1), ((2, 1), (1, 0), (1, 0), 1, (1, 2)),
+                 ([2, 1], [1, 0], [0, 0], 1, [1, 2]),
+                 (torch.Size([2, 1]), (np.int64(1), 0), 0, 1, np.int64(1)),
+                 (torch.tensor(2), 1, 1, 1, 1)]:
+        torch.testing.assert_close(convt2d.forward(x, w, None, *args),
+                                   F.conv_transpose2d(x, w, None, *args))

@@ -85,6 +85,14 @@ at::Tensor forward_autograd(const at::Tensor& x, const at::Tensor& w,
                             const std::optional<at::Tensor>& b, c10::IntArrayRef stride,
                             c10::IntArrayRef padding, c10::IntArrayRef output_padding,
                             int64_t groups, c10::IntArrayRef dilation) {
+  // No gradient wanted (inference, no_grad, or no input that requires grad): the kernel
+  // straight away, without the autograd Function's context and saved arguments (about 1.5 us
+  // of host time per call).
+  const bool bias_grad = b.has_value() && b->defined() && b->requires_grad();
+  if (!at::GradMode::is_enabled() || !(x.requires_grad() || w.requires_grad() || bias_grad)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return forward_op(x, w, b, stride, padding, output_padding, groups, dilation);
+  }
   return ConvT2dFunction::apply(x, w, b, stride, padding, output_padding, groups, dilation);
 }
 

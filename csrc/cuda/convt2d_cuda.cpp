@@ -500,13 +500,17 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     const int kc = tensor_cores ? cuda::direct_tc_channels(p, dt, math, ov.var.direct_nt) : 0;
     if (kc > 0) {
       // [G][Cig][Cog][kk] -> [G][Cog/kc][kk][Cig/ke][kc][ke], both channel counts zero
-      // padded; ke = channels per 16 bytes (8 for 16-bit, 4 for fp32 with TF32 allowed)
+      // padded; ke = channels per 16 bytes (8 for 16-bit, 4 for fp32 with TF32 allowed).
+      // One kernel: torch's zeros + copy + permute took three launches and three
+      // allocations, more host time than a small layer's kernel (docs/design.md, "Per-call
+      // host cost").
       const int64_t G = p.groups, cig = p.cin_g(), cog = p.cout_g(), kk = p.kh * p.kw;
       const int64_t ke = chunk_elems(dt);
       const int64_t nch = (cig + ke - 1) / ke, ncob = (cog + kc - 1) / kc;
-      auto wz = at::zeros({G, nch * ke, ncob * kc, kk}, w.options());
-      wz.narrow(1, 0, cig).narrow(2, 0, cog).copy_(w.view({G, cig, cog, kk}));
-      wpk = wz.view({G, nch, ke, ncob, kc, kk}).permute({0, 3, 5, 1, 4, 2}).contiguous();
+      wpk = at::empty({G * ncob * kk * nch * kc * ke}, w.options());
+      check_launch(cuda::launch_pack_direct_weight(w.data_ptr(), wpk.data_ptr(), G, cig, cog, kk,
+                                                   kc, ke, int(w.element_size()), st),
+                   "direct weight packing");
       prm.wpk = wpk.data_ptr();
       prm.wpk_channels = kc;
     }

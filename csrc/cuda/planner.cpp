@@ -124,8 +124,8 @@ double fwd_time(Algo a, const Query& q) {
     case Algo::kDirectSimt:
       return kLaunch + std::max(mem, flops / (kDirectSimtRate * fill(pix, kDirectPixels)));
     case Algo::kDirect:
-    case Algo::kDirectTensorOp:  // + the weight packing (3 launches); tiles of 16+ outputs
-      return 4 * kLaunch +
+    case Algo::kDirectTensorOp:  // + the weight packing (one launch); tiles of 16+ outputs
+      return 2 * kLaunch +
              std::max(mem, flops * double(round_up(p.cout_g(), 16)) / double(p.cout_g()) /
                                (kDirectTcRate * fill(pix, kDirectPixels)));
     case Algo::kFwdDepthwise: {  // per output and tap a staged load and an FMA (+ 1 for the store)

@@ -1,18 +1,37 @@
 """Functional API: the signature and semantics of torch.nn.functional.conv_transpose2d."""
-from typing import List, Optional, Sequence, Tuple, Union
+import operator
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
+from . import _C  # noqa: F401  (registers the ops)
 from . import _info
+
+_op = torch.ops.convt2d.forward.default
+# One check for autocast on any device (torch's own dispatch uses it), then the device's own.
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 _size_2_t = Union[int, Tuple[int, int], Sequence[int]]
 
 
-def _as_list(v: _size_2_t) -> List[int]:
-    if isinstance(v, int):
-        return [v, v]
-    return [int(e) for e in v]
+def _as_arg(v: _size_2_t, name: str):
+    """An int or a pair as the op's int[2] takes it: an int and a pair of ints pass as they
+    are; an int-like scalar (numpy, a 0-d integer tensor) becomes a pair, any other sequence
+    (torch.Size, numpy ints, a wrong length: the op's schema checks the length) a list. A
+    float or other non-integer raises TypeError, as torch does."""
+    t = type(v)
+    if t is int or ((t is tuple or t is list) and len(v) == 2 and type(v[0]) is int
+                    and type(v[1]) is int):
+        return v
+    try:
+        if hasattr(v, "__index__"):
+            i = operator.index(v)
+            return [i, i]
+        return [operator.index(e) for e in v]
+    except TypeError:
+        raise TypeError(f"conv_transpose2d(): argument '{name}' must be an int or a tuple of "
+                        f"ints, but got {v!r}") from None
 
 
 def forward(
@@ -42,28 +61,31 @@ def forward(
     Differentiable w.r.t. input, weight and bias (first order). Under ``torch.autocast`` the
     operands are cast to the autocast dtype, as ``nn.ConvTranspose2d`` does.
     """
-    if input.dim() not in (3, 4):
+    ndim = input.dim()
+    if ndim != 4 and ndim != 3:
         raise RuntimeError(
             "Expected 3D (unbatched) or 4D (batched) input to conv_transpose2d, but got "
             f"input of size: {list(input.shape)}")
-    dev = input.device.type
-    if dev == "cuda" and not _info._warned[0] and not torch.compiler.is_compiling():
+    # The per-call host path is kept short (docs/design.md, "Per-call host cost"): the device
+    # type only when the once-per-process build check or autocast needs it, then the op.
+    if not _info._warned[0] and input.is_cuda and not torch.compiler.is_compiling():
         _info.warn_if_slow_build(input.device)
-    if torch.is_autocast_enabled(dev):
+    if _any_autocast() and torch.is_autocast_enabled(input.device.type):
         # like autocast's cached_cast: only floating tensors that are not float64 are cast
-        dt = torch.get_autocast_dtype(dev)
+        dt = torch.get_autocast_dtype(input.device.type)
 
         def cast(t):
             return t.to(dt) if t is not None and t.is_floating_point() and \
                 t.dtype != torch.float64 else t
 
         input, weight, bias = cast(input), cast(weight), cast(bias)
-    unbatched = input.dim() == 3
-    if unbatched:
-        input = input.unsqueeze(0)
-    out = torch.ops.convt2d.forward(input, weight, bias, _as_list(stride), _as_list(padding),
-                                    _as_list(output_padding), groups, _as_list(dilation))
-    return out.squeeze(0) if unbatched else out
+    if ndim == 3:
+        out = _op(input.unsqueeze(0), weight, bias, _as_arg(stride, "stride"),
+                  _as_arg(padding, "padding"), _as_arg(output_padding, "output_padding"), groups,
+                  _as_arg(dilation, "dilation"))
+        return out.squeeze(0)
+    return _op(input, weight, bias, _as_arg(stride, "stride"), _as_arg(padding, "padding"),
+               _as_arg(output_padding, "output_padding"), groups, _as_arg(dilation, "dilation"))
 
 
 conv_transpose2d = forward

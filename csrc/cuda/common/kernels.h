@@ -369,6 +369,14 @@ cudaError_t launch_tap_gather(const void* gout, const int64_t (&strides)[4], voi
 cudaError_t launch_reverse3(const void* in, void* out, int64_t G, int64_t A, int64_t B,
                             int64_t C, int elem_bytes, cudaStream_t st);
 
+// The direct tensor-core forward's weight (DirectParams::wpk): w [G*Cig][Cog][kk] contiguous
+// -> out [G][ceil(Cog/kc)][kk][ceil(Cig/ke)][kc][ke], zero past Cig and Cog, in one pass
+// (common/layout_kernels.cu); 2- or 4-byte elements, else cudaErrorInvalidValue (nothing
+// launched).
+cudaError_t launch_pack_direct_weight(const void* w, void* out, int64_t G, int64_t Cig,
+                                      int64_t Cog, int64_t kk, int64_t kc, int64_t ke,
+                                      int elem_bytes, cudaStream_t st);
+
 // Heuristics the glue asks before launching.
 bool direct_forward_fits(const Problem& p, DType dt);  // shared-memory budget
 int64_t wgrad_split_count(const Problem& p, DType dt, MathMode math, int num_sms);

@@ -600,6 +600,47 @@ cudaError_t launch_tap_gather(const void* gout, const int64_t (&strides)[4], voi
   return cudaErrorInvalidValue;
 }
 
+// The direct tensor-core forward's weight (pack_direct_weight in kernels.h): one thread per
+// packed element, the group's weight read where it lies (small: mostly L2 hits).
+template <typename U>
+__global__ void __launch_bounds__(256) pack_direct_weight_kernel(
+    const U* __restrict__ w, U* __restrict__ out, int64_t total, int64_t Cig, int64_t Cog,
+    int64_t kk, int64_t kc, int64_t ke, int64_t nch, int64_t ncob) {
+  for (int64_t o = int64_t(blockIdx.x) * 256 + threadIdx.x; o < total;
+       o += int64_t(gridDim.x) * 256) {
+    int64_t r = o;
+    const int64_t e = r % ke; r /= ke;
+    const int64_t c = r % kc; r /= kc;
+    const int64_t ch = r % nch; r /= nch;
+    const int64_t t = r % kk; r /= kk;
+    const int64_t cb = r % ncob, g = r / ncob;
+    const int64_t ci = ch * ke + e, co = cb * kc + c;
+    out[o] = ci < Cig && co < Cog ? w[((g * Cig + ci) * Cog + co) * kk + t] : U(0);
+  }
+}
+
+cudaError_t launch_pack_direct_weight(const void* w, void* out, int64_t G, int64_t Cig,
+                                      int64_t Cog, int64_t kk, int64_t kc, int64_t ke,
+                                      int elem_bytes, cudaStream_t st) {
+  const int64_t nch = (Cig + ke - 1) / ke, ncob = (Cog + kc - 1) / kc;
+  const int64_t total = G * ncob * kk * nch * kc * ke;
+  if (total == 0) return cudaSuccess;
+  const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 4096));
+  switch (elem_bytes) {
+    case 2:
+      pack_direct_weight_kernel<uint16_t><<<blocks, 256, 0, st>>>(
+          static_cast<const uint16_t*>(w), static_cast<uint16_t*>(out), total, Cig, Cog, kk, kc,
+          ke, nch, ncob);
+      return cudaGetLastError();
+    case 4:
+      pack_direct_weight_kernel<uint32_t><<<blocks, 256, 0, st>>>(
+          static_cast<const uint32_t*>(w), static_cast<uint32_t*>(out), total, Cig, Cog, kk, kc,
+          ke, nch, ncob);
+      return cudaGetLastError();
+  }
+  return cudaErrorInvalidValue;
+}
+
 cudaError_t launch_reverse3(const void* in, void* out, int64_t G, int64_t A, int64_t B,
                             int64_t C, int elem_bytes, cudaStream_t st) {
   if (G == 0 || A == 0 || B == 0 || C == 0) return cudaSuccess;

@@ -146,3 +146,37 @@ def test_graph_only_where_a_gradient_is_wanted(device):
         ref = torch.nn.functional.conv_transpose2d(*rs, **cfg.kwargs())
         (r,) = torch.autograd.grad(ref, [rs[which]], gy)
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_mode_never_silently_wrong(device):
+    """Forward-mode AD (a dual input, torch.func.jvp / jacfwd) either raises or gives torch's
+    tangent: never a call that drops the tangent (convt2d has no jvp; the call with no input
+    requiring grad must not skip the autograd Function's check for it)."""
+    import torch.autograd.forward_ad as fwAD
+
+    cfg = GRADCHECK_CFGS[0]
+    x, w, b = cfg.make(torch.float64, device)
+    tx = torch.randn_like(x)
+    kw = cfg.kwargs()
+    ref = torch.func.jvp(lambda a: torch.nn.functional.conv_transpose2d(a, w, b, **kw),
+                         (x,), (tx,))[1]
+
+    def dual(no_grad):
+        with fwAD.dual_level():
+            with torch.no_grad() if no_grad else torch.enable_grad():
+                y = convt2d.forward(fwAD.make_dual(x, tx), w, b, **kw)
+            return fwAD.unpack_dual(y).tangent
+
+    calls = {
+        "dual": lambda: dual(False),
+        "dual_no_grad": lambda: dual(True),
+        "jvp": lambda: torch.func.jvp(lambda a: convt2d.forward(a, w, b, **kw), (x,), (tx,))[1],
+    }
+    for name, call in calls.items():
+        try:
+            got = call()
+        except RuntimeError:
+            continue
+        assert got is not None, f"{name}: the tangent was dropped"
+        torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10, msg=name)

@@ -771,7 +771,8 @@ static std::vector<Algo> plan_forward_uncached(const Query& q, Algo forced) {
       continue;
     // Nor the direct kernels where the GEMM measured faster: small stride phases of a strided
     // 1x1 kernel (small_phase_gemm; the model charges the GEMM three launches against their
-    // one: 24 -> 17 us on 48 -> 32 k1 s2, 7x7) and channels-last x with many outputs (cl_gemm).
+    // one or two: 24 -> 17 us on 48 -> 32 k1 s2, 7x7) and channels-last x with many outputs
+    // (cl_gemm).
     if ((small_phase_gemm(q) || cl_gemm(q)) &&
         (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp))
       continue;

@@ -17,21 +17,31 @@ _size_2_t = Union[int, Tuple[int, int], Sequence[int]]
 
 def _as_arg(v: _size_2_t, name: str):
     """An int or a pair as the op's int[2] takes it: an int and a pair of ints pass as they
-    are; an int-like scalar (numpy, a 0-d integer tensor) becomes a pair, any other sequence
-    (torch.Size, numpy ints, a wrong length: the op's schema checks the length) a list. A
-    float or other non-integer raises TypeError, as torch does."""
+    are; an int-like scalar (numpy, a 0-d integer tensor) becomes a pair, a tuple, list or
+    torch.Size of int-likes a list (the op's schema checks its length). A float, a bool, a
+    string or another sequence type raises TypeError, as torch does."""
     t = type(v)
     if t is int or ((t is tuple or t is list) and len(v) == 2 and type(v[0]) is int
                     and type(v[1]) is int):
         return v
     try:
+        if isinstance(v, bool):
+            raise TypeError
         if hasattr(v, "__index__"):
             i = operator.index(v)
             return [i, i]
-        return [operator.index(e) for e in v]
+        if not isinstance(v, (tuple, list, torch.Size)):
+            raise TypeError
+        return [_int(e) for e in v]
     except TypeError:
         raise TypeError(f"conv_transpose2d(): argument '{name}' must be an int or a tuple of "
                         f"ints, but got {v!r}") from None
+
+
+def _int(e) -> int:
+    if isinstance(e, bool):
+        raise TypeError
+    return operator.index(e)
 
 
 def forward(
@@ -79,6 +89,11 @@ def forward(
                 t.dtype != torch.float64 else t
 
         input, weight, bias = cast(input), cast(weight), cast(bias)
+    if type(groups) is not int:
+        if isinstance(groups, bool) or not hasattr(groups, "__index__"):
+            raise TypeError("conv_transpose2d(): argument 'groups' must be an int, but got "
+                            f"{groups!r}")
+        groups = operator.index(groups)
     if ndim == 3:
         out = _op(input.unsqueeze(0), weight, bias, _as_arg(stride, "stride"),
                   _as_arg(padding, "padding"), _as_arg(output_padding, "output_padding"), groups,

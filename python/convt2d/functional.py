@@ -25,10 +25,8 @@ def _as_arg(v: _size_2_t, name: str):
                     and type(v[1]) is int):
         return v
     try:
-        if isinstance(v, bool):
-            raise TypeError
         if hasattr(v, "__index__"):
-            i = operator.index(v)
+            i = _int(v)
             return [i, i]
         if not isinstance(v, (tuple, list, torch.Size)):
             raise TypeError
@@ -39,6 +37,7 @@ def _as_arg(v: _size_2_t, name: str):
 
 
 def _int(e) -> int:
+    """An int-like as an int; TypeError for a bool or a non-integer, as torch."""
     if isinstance(e, bool):
         raise TypeError
     return operator.index(e)
@@ -90,10 +89,11 @@ def forward(
 
         input, weight, bias = cast(input), cast(weight), cast(bias)
     if type(groups) is not int:
-        if isinstance(groups, bool) or not hasattr(groups, "__index__"):
+        try:
+            groups = _int(groups)
+        except TypeError:
             raise TypeError("conv_transpose2d(): argument 'groups' must be an int, but got "
-                            f"{groups!r}")
-        groups = operator.index(groups)
+                            f"{groups!r}") from None
     if ndim == 3:
         out = _op(input.unsqueeze(0), weight, bias, _as_arg(stride, "stride"),
                   _as_arg(padding, "padding"), _as_arg(output_padding, "output_padding"), groups,

@@ -1178,6 +1178,25 @@ def test_direct_tc_kernel_runs(dtype, monkeypatch):
         _direct_tc_runs(cfgs, dtype, monkeypatch)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_wide_input_rows_leave_the_direct_kernel(dtype, monkeypatch):
+    """Few outputs (memory-bound by the rules) but 192 input channels per group: the direct
+    tensor-core kernel's staged input rows are so wide that its tile holds one row per stride
+    phase (2-4 warps per SM), and the cost model's occupancy term (direct_tc_occupancy) moves
+    the default to the implicit GEMM, which measured 2-13x faster on such layers (docs/design.md,
+    "Direct"). The default and the forced direct kernel both match the reference."""
+    _algo(monkeypatch, None)
+    cfg = Cfg(32, 192, 21, 16, 16, k=(5, 1), stride=2, padding=1)
+    x, w, b = cfg.make(dtype, "cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        check(x, w, b, cfg.kwargs(), backward=False, what="default ")
+        assert _ran("fwd") not in ("direct", "direct_tensorop", "direct_simt"), \
+            convt2d.last_algorithms()
+        _algo(monkeypatch, "fwd:direct_tensorop")
+        check(x, w, b, cfg.kwargs(), backward=False, what="forced direct_tensorop ")
+        assert _ran("fwd") == "direct_tensorop", convt2d.last_algorithms()
+
+
 def _direct_tc_runs(cfgs, dtype, monkeypatch):
     for cfg in cfgs:
         for spec, want in [("fwd:direct_tensorop", True), ("fwd:direct_simt", False)]:
@@ -1983,10 +2002,13 @@ def test_padded_gradients_forced(cfg, dtype, layout, monkeypatch):
                        "wgrad:tensorop_padded,bwd:strided")
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
     x, w, b = cfg.make(dt, "cuda")
-    if layout == "channels_last":
+    gy = None
+    if layout == "channels_last":  # x and grad_output (the padded copies' two source paths)
         x = x.contiguous(memory_format=torch.channels_last)
+        gy = torch.randn(cfg.out_shape(), device="cuda").to(dt).contiguous(
+            memory_format=torch.channels_last)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=dtype != "fp32-ieee"):
-        check(x, w, b, cfg.kwargs(), what=f"padded {layout} {dtype} ")
+        check(x, w, b, cfg.kwargs(), gy=gy, what=f"padded {layout} {dtype} ")
         _backward_here(cfg, x, w, [True, True, False])
     ran = convt2d.last_algorithms()
     cig, cog = cfg.Cin // cfg.groups, cfg.Cout // cfg.groups

@@ -444,15 +444,41 @@ void run_wgrad_v1(cuda::WgradParams& prm, const at::Tensor& input, const at::Ten
   check_launch(cuda::launch_wgrad(prm, dt, math, st), "grad_weight");
 }
 
-// t [N, G*c, H, W] (any layout) as a channels-last [N, G*cp, H, W] copy whose channels
+// t [N, G*c, H, W] (any layout) as a channels-last [N, G*cp, H, W] tensor whose channels
 // c..cp-1 of each group are zero: the padded algorithms' operands (16-byte channel chunks).
+// Nothing to pad: t's channels-last copy (t itself where it is one). Channels-last t: torch's
+// zero fill + row copy. Otherwise one launch of the tap gather on the identity 1x1 problem
+// (each channel a column, padded to cp per group), which writes the zeros with the data and
+// reads along pixels (its lanes would read a channels-last t a pixel apart); torch's fill +
+// permuted copy (the generic kernel's ~0.7 TB/s) where the gather declines.
 at::Tensor pad_group_channels(const at::Tensor& t, int64_t G, int64_t c, int64_t cp) {
+  cudaStream_t st = at::cuda::getCurrentCUDAStream();
+  if (c == cp) return to_channels_last(t, st);
   const int64_t N = t.size(0), H = t.size(2), W = t.size(3);
-  auto out = at::zeros({N, H, W, G, cp}, t.options());
-  out.narrow(4, 0, c).copy_(t.reshape({N, G, c, H, W}).permute({0, 3, 4, 1, 2}));
-  return out.view({N, H, W, G * cp}).permute({0, 3, 1, 2});
+  auto out = at::empty({N, H, W, G * cp}, t.options());
+  const bool cl = t.is_contiguous(at::MemoryFormat::ChannelsLast) && G * c > 1 && H * W > 1;
+  cudaError_t e = cudaErrorInvalidValue;
+  if (!cl && c > 0) {
+    Problem g;  // the identity 1x1 problem of t's channels, grouped as the padding is
+    g.N = N;
+    g.Cin = g.Cout = G * c;
+    g.groups = G;
+    g.H = g.Ho = H;
+    g.W = g.Wo = W;
+    const int64_t s[4] = {t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
+    e = cuda::launch_tap_gather(t.data_ptr(), s, out.data_ptr(), g, cp, int(t.element_size()),
+                                st);
+  }
+  if (e != cudaErrorInvalidValue) {
+    check_launch(e, "channel padding");
+  } else {
+    out.zero_();
+    if (c > 0)
+      out.view({N, H, W, G, cp}).narrow(4, 0, c).copy_(
+          t.reshape({N, G, c, H, W}).permute({0, 3, 4, 1, 2}));
+  }
+  return out.permute({0, 3, 1, 2});
 }
-
 
 at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
                         const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
@@ -692,12 +718,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
     // Channels padded to whole 16-byte chunks (implicit_gemm_padded, tensorop_padded): the
     // gradients of the padded problem on tensor cores, then the real channels.
     const int64_t G = p.groups, cig = p.cin_g(), cog = p.cout_g();
+    // grad_output padded once for both gradients where both run padded
+    at::Tensor go_p;
+    auto padded_go = [&](int64_t cop) {
+      if (!go_p.defined()) go_p = pad_group_channels(go, G, cog, cop);
+      return go_p;
+    };
     if (want_gi && cuda::plan_grad_input(q, ov.get(Pass::kGradInput)) == Algo::kDgradPadded) {
       const int64_t cop = cuda::padded_channels(cog, dt);
       Problem pp = p;
       pp.Cout = G * cop;
       const at::Tensor w_p = at::constant_pad_nd(wv, {0, 0, 0, 0, 0, cop - cog});
-      gi = grads(pad_group_channels(go, G, cog, cop), w_p, pp, x, true, false).first;
+      gi = grads(padded_go(cop), w_p, pp, x, true, false).first;
       record_algorithm(Pass::kGradInput, Algo::kDgradPadded);
       want_gi = false;
     }
@@ -708,7 +740,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
       pp.Cin = G * cip;
       pp.Cout = G * cop;
       const at::Tensor w_shape = at::empty({pp.Cin, cop, p.kh, p.kw}, wv.options());
-      const at::Tensor gwp = grads(pad_group_channels(go, G, cog, cop), w_shape, pp,
+      const at::Tensor gwp = grads(padded_go(cop), w_shape, pp,
                                    pad_group_channels(x, G, cig, cip), false, true).second;
       gw = gwp.view({G, cip, cop, p.kh, p.kw}).narrow(1, 0, cig).narrow(2, 0, cog)
                .reshape({p.Cin, cog, p.kh, p.kw});

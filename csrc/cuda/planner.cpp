@@ -124,10 +124,15 @@ double fwd_time(Algo a, const Query& q) {
     case Algo::kDirectSimt:
       return kLaunch + std::max(mem, flops / (kDirectSimtRate * fill(pix, kDirectPixels)));
     case Algo::kDirect:
-    case Algo::kDirectTensorOp:  // + the weight packing (one launch); tiles of 16+ outputs
+    case Algo::kDirectTensorOp: {  // + the weight packing (one launch); tiles of 16+ outputs
+      // Its rate scaled by the warps resident per SM against a tall tile's: many input
+      // channels per group make the staged input rows so wide that shared memory holds one
+      // tile row per stride phase, 2-4 warps per SM (direct_tc_occupancy).
+      const double occ = direct_tc_occupancy(p, q.dt, q.math);
       return 2 * kLaunch +
              std::max(mem, flops * double(round_up(p.cout_g(), 16)) / double(p.cout_g()) /
-                               (kDirectTcRate * fill(pix, kDirectPixels)));
+                               (kDirectTcRate * occ * fill(pix, kDirectPixels)));
+    }
     case Algo::kFwdDepthwise: {  // per output and tap a staged load and an FMA (+ 1 for the store)
       const double taps = double((p.kh + p.sh - 1) / p.sh) * double((p.kw + p.sw - 1) / p.sw);
       return kLaunch + std::max(mem, double(p.N * p.Cout * p.Ho * p.Wo) * (taps + 1) / kDepthwiseRate);

@@ -288,6 +288,12 @@ cudaError_t launch_direct_tc(const DirectParams& prm, DType dt, cudaStream_t st,
 // problem, or 0 when it does not take it; the glue packs DirectParams::wpk for it.
 // nt_cap: Variant::direct_nt (0: the kernel's own cap).
 int direct_tc_channels(const Problem& p, DType dt, MathMode math, int nt_cap = 0);
+// The tensor-core direct kernel's resident warps per SM for the problem against those of a
+// tile as tall as the problem's stride phases allow (at least two blocks per SM): 1 where
+// nothing is lost or the kernel does not take the problem. Many input channels per group make
+// the staged input rows so wide that shared memory holds one tile row per stride phase: a few
+// warps per SM, which hide no latency (the planner's cost model).
+double direct_tc_occupancy(const Problem& p, DType dt, MathMode math);
 
 // Direct gradients on CUDA cores for few channels per group or few output channels
 // (grad_input/dgrad_direct.cu, grad_weight/wgrad_direct.cu): any dtype and strides.

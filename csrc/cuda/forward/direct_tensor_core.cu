@@ -33,6 +33,7 @@
 //      for NCHW outputs, else store_tile).
 //   Column phases no tap reaches stage the bias; row phases no tap reaches are
 //   written directly.
+#include <algorithm>
 #include <cstdlib>
 #include "cuda/common/kernels.h"
 #include "cuda/common/mma_core.cuh"
@@ -344,7 +345,10 @@ static int64_t align128(int64_t b) { return (b + 127) / 128 * 128; }
 
 // Fills cfg and returns the dynamic shared-memory bytes, or 0 when the tensor-core
 // direct kernel does not take the problem (the CUDA-core kernels run then).
-static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cfg, int& warps) {
+// tall_warps (optional): the warps of a tile as tall as the phase alone allows (before shared
+// memory shrinks it).
+static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cfg, int& warps,
+                          int* tall_warps = nullptr) {
   int64_t max_nq = 0;
   if (!set_tile_phases(p, cfg, max_nq)) return 0;
   const int64_t kC = 8 * kNT, sw = p.sw;
@@ -396,6 +400,7 @@ static int64_t dtc_config(const Problem& p, int kNT, int64_t t_bytes, DtcCfg& cf
   };
   int64_t qy = 8;
   while (qy > 1 && qy / 2 >= max_nq) qy /= 2;  // no taller than the phase
+  if (tall_warps) *tall_warps = int(std::min<int64_t>(sw * qy, kDtcWarps));
   while (qy > 1 && layout(qy) > kDtcBudget) qy /= 2;
   // 16-channel blocks: no taller than four blocks per SM allow (fp32, 8 channels per group:
   // qy 8 -> 4, three -> four blocks per SM, 0.525 -> 0.472 ms; off-suite fp32 16 -> 16 k3 s3
@@ -470,6 +475,27 @@ static int dtc_ntiles(const Problem& p, DType dt, MathMode math, int nt_cap) {
 
 int direct_tc_channels(const Problem& p, DType dt, MathMode math, int nt_cap) {
   return 8 * dtc_ntiles(p, dt, math, nt_cap);
+}
+
+double direct_tc_occupancy(const Problem& p, DType dt, MathMode math) {
+  const int nt = dtc_ntiles(p, dt, math, 0);
+  if (nt == 0) return 1.0;
+  DtcCfg cfg;
+  int warps = 0, tall = 0;
+  const int64_t smem = dtc_config(p, nt, dt == DType::kFloat ? 4 : 2, cfg, warps, &tall);
+  if (smem == 0 || warps <= 0 || tall <= 0) return 1.0;
+  // Blocks per SM: run_dtc's register cap, and the SM's shared memory (1 KB of it reserved
+  // per block); a tall tile's blocks as the budget kDtcBudget (two per SM) allows at least.
+  const int64_t cap = nt == 8 ? 2 : nt == 4 ? 3 : 4;
+  int64_t blocks = cap;
+  int dev = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) ==
+          cudaSuccess &&
+      per_sm > 0)
+    blocks = std::min<int64_t>(cap, std::max<int64_t>(1, per_sm / (smem + 1024)));
+  const double resident = double(warps * blocks), wanted = double(tall * std::min<int64_t>(cap, 2));
+  return std::min(1.0, resident / wanted);
 }
 
 // The glue asked direct_tc_channels and packed the weight for that many channels

@@ -1185,6 +1185,8 @@ def test_wide_input_rows_leave_the_direct_kernel(dtype, monkeypatch):
     phase (2-4 warps per SM), and the cost model's occupancy term (direct_tc_occupancy) moves
     the default to the implicit GEMM, which measured 2-13x faster on such layers (docs/design.md,
     "Direct"). The default and the forced direct kernel both match the reference."""
+    if torch.cuda.get_device_capability()[0] < 8:
+        pytest.skip("the tensor-core direct kernel needs compute capability 8.0+")
     _algo(monkeypatch, None)
     cfg = Cfg(32, 192, 21, 16, 16, k=(5, 1), stride=2, padding=1)
     x, w, b = cfg.make(dtype, "cuda")
@@ -2019,6 +2021,28 @@ def test_padded_gradients_forced(cfg, dtype, layout, monkeypatch):
         assert ran["dgrad"] == "implicit_gemm_padded", ran
     if cig % chunk or cog % chunk:
         assert ran["wgrad"] == "tensorop_padded", ran
+
+
+@pytest.mark.parametrize("gy_kind", ["sliced", "expanded"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_padded_gradients_strided_grad_output(gy_kind, dtype, monkeypatch):
+    """The padded paths' copy of grad_output reads it through its strides: a column-sliced one
+    (W stride 2) and an expanded one (all strides 0, as `out.sum().backward()` makes) give the
+    reference's gradients."""
+    _algo(monkeypatch, "dgrad:implicit_gemm_padded,wgrad:tensorop_padded,bwd:strided")
+    dt = {"bf16": torch.bfloat16}.get(dtype, torch.float32)
+    cfg = Cfg(2, 12, 18, 5, 6, k=3, stride=2, padding=1, groups=3, bias=False)
+    x, w, b = cfg.make(dt, "cuda")
+    shape = cfg.out_shape()
+    if gy_kind == "sliced":
+        gy = torch.randn(*shape[:3], 2 * shape[3], device="cuda").to(dt)[..., ::2]
+    else:
+        gy = torch.ones((), device="cuda", dtype=dt).expand(shape)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        check(x, w, b, cfg.kwargs(), gy=gy, what=f"padded {gy_kind} grad_output {dtype} ")
+        torch.ops.convt2d.backward(gy, x, w, *_op_args(cfg.kwargs()), [True, True, False])
+    assert _ran("dgrad") == "implicit_gemm_padded", convt2d.last_algorithms()
+    assert _ran("wgrad") == "tensorop_padded", convt2d.last_algorithms()
 
 
 # Passes that are exactly one dense GEMM (cuBLAS, through torch's mm / bmm): 1x1 kernels at

@@ -446,8 +446,9 @@ void run_wgrad_v1(cuda::WgradParams& prm, const at::Tensor& input, const at::Ten
 
 // t [N, G*c, H, W] (any layout) as a channels-last [N, G*cp, H, W] tensor whose channels
 // c..cp-1 of each group are zero: the padded algorithms' operands (16-byte channel chunks).
-// Nothing to pad: t's channels-last copy (t itself where it is one). Channels-last t: torch's
-// zero fill + row copy. Otherwise one launch of the tap gather on the identity 1x1 problem
+// Nothing to pad: t's channels-last copy (t itself where it is one). Channels-last t (more than
+// one channel and one pixel, where that layout differs from NCHW): torch's zero fill + row copy.
+// Otherwise one launch of the tap gather on the identity 1x1 problem
 // (each channel a column, padded to cp per group), which writes the zeros with the data and
 // reads along pixels (its lanes would read a channels-last t a pixel apart); torch's fill +
 // permuted copy (the generic kernel's ~0.7 TB/s) where the gather declines.
@@ -747,6 +748,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cuda(
       record_algorithm(Pass::kGradWeight, Algo::kWgradPadded);
       want_gw = false;
     }
+    go_p.reset();  // (not held through the unpadded gradient below)
     if (!want_gi && !want_gw) return {gi, gw};
     const Algo wgrad = want_gw && p.N > 0
                            ? cuda::plan_grad_weight(q, ov.get(Pass::kGradWeight))

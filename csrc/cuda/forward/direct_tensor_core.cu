@@ -485,7 +485,7 @@ double direct_tc_occupancy(const Problem& p, DType dt, MathMode math) {
   const int64_t smem = dtc_config(p, nt, dt == DType::kFloat ? 4 : 2, cfg, warps, &tall);
   if (smem == 0 || warps <= 0 || tall <= 0) return 1.0;
   // Blocks per SM: run_dtc's register cap, and the SM's shared memory (1 KB of it reserved
-  // per block); a tall tile's blocks as the budget kDtcBudget (two per SM) allows at least.
+  // per block); a tall tile's: two, as its budget kDtcBudget allows (and every cap does).
   const int64_t cap = nt == 8 ? 2 : nt == 4 ? 3 : 4;
   int64_t blocks = cap;
   int dev = 0, per_sm = 0;
@@ -494,7 +494,7 @@ double direct_tc_occupancy(const Problem& p, DType dt, MathMode math) {
           cudaSuccess &&
       per_sm > 0)
     blocks = std::min<int64_t>(cap, std::max<int64_t>(1, per_sm / (smem + 1024)));
-  const double resident = double(warps * blocks), wanted = double(tall * std::min<int64_t>(cap, 2));
+  const double resident = double(warps * blocks), wanted = double(tall * 2);
   return std::min(1.0, resident / wanted);
 }
 

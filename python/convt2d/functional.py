@@ -94,13 +94,10 @@ def forward(
         except TypeError:
             raise TypeError("conv_transpose2d(): argument 'groups' must be an int, but got "
                             f"{groups!r}") from None
-    if ndim == 3:
-        out = _op(input.unsqueeze(0), weight, bias, _as_arg(stride, "stride"),
-                  _as_arg(padding, "padding"), _as_arg(output_padding, "output_padding"), groups,
-                  _as_arg(dilation, "dilation"))
-        return out.squeeze(0)
-    return _op(input, weight, bias, _as_arg(stride, "stride"), _as_arg(padding, "padding"),
-               _as_arg(output_padding, "output_padding"), groups, _as_arg(dilation, "dilation"))
+    out = _op(input.unsqueeze(0) if ndim == 3 else input, weight, bias,
+              _as_arg(stride, "stride"), _as_arg(padding, "padding"),
+              _as_arg(output_padding, "output_padding"), groups, _as_arg(dilation, "dilation"))
+    return out.squeeze(0) if ndim == 3 else out
 
 
 conv_transpose2d = forward

@@ -6,9 +6,11 @@ with what the planner chooses (docs/design.md, "The planner").
 For each layer of `python -m convt2d.bench --sweep N --seed S` and each dtype: the forward
 (fwd), grad_input (dgrad) and grad_weight (wgrad) are timed with each algorithm forced through
 CONVT2D_ALGO (an algorithm that cannot take the layer is skipped: convt2d.last_algorithms()
-shows the fallback), then with the planner's own choice. Prints, per pass, how often the
-default is within 10% of the best candidate, and the layers where it is furthest off; writes
-every time to --out (JSON). CUDA events, 3 warm-up runs, then the median of enough runs for
+shows the fallback), then with the planner's own choice, and torch's own op for the same pass
+(`torch` in the output: F.conv_transpose2d, or aten.convolution_backward with one gradient).
+Prints, per pass, how often the default is within 10% of the best candidate, and the layers
+where it is furthest off; writes every time to --out (JSON). `--layer L` (repeatable, the
+`python -m convt2d.bench --layer` form) replaces the sweep with the layers given. CUDA events, 3 warm-up runs, then the median of enough runs for
 about 20 ms (at least 5). The backward passes run with the strided problem (bwd:strided) and,
 for the default, as the planner chooses.
 """
@@ -23,11 +25,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 import convt2d  # noqa: E402
-from convt2d.bench import sweep_configs  # noqa: E402
+from convt2d.bench import parse_layer, sweep_configs  # noqa: E402
 
 ALGOS = {
     "fwd": ["narrow_output", "direct_tensorop", "direct_simt", "patch_gemm", "depthwise", "implicit_gemm",
-            "implicit_gemm_simt", "cublas_gemm", "gemm_col2im"],
+            "implicit_gemm_padded", "implicit_gemm_simt", "cublas_gemm", "gemm_col2im"],
     "dgrad": ["implicit_gemm", "implicit_gemm_simt", "direct", "implicit_gemm_padded", "depthwise", "depthwise_tiled",
               "cublas_gemm"],
     "wgrad": ["tensorop", "simt", "direct", "tensorop_padded", "wgmma_nchw", "depthwise", "depthwise_tiled",
@@ -75,6 +77,17 @@ def run_pass(pass_, cfg, x, w, b, gy, spec):
     return time_ms(fn), ran
 
 
+def run_torch(pass_, cfg, x, w, b, gy):
+    """torch's own op for the pass (cuDNN), timed the same way."""
+    k = (list(cfg.stride), list(cfg.padding), list(cfg.output_padding), cfg.groups,
+         list(cfg.dilation))
+    if pass_ == "fwd":
+        return time_ms(lambda: torch.nn.functional.conv_transpose2d(x, w, b, k[0], k[1], k[2], k[3], k[4]))
+    mask = [pass_ == "dgrad", pass_ == "wgrad", False]
+    return time_ms(lambda: torch.ops.aten.convolution_backward(
+        gy, x, w, None, k[0], k[1], k[4], True, k[2], k[3], mask))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sweep", type=int, default=100)
@@ -83,10 +96,14 @@ def main():
     ap.add_argument("--passes", default="fwd,dgrad,wgrad")
     ap.add_argument("--out", default="calib.json")
     ap.add_argument("--worst", type=int, default=12)
+    ap.add_argument("--layer", action="append", default=[],
+                    help="time these layers (bench --layer form) instead of the sweep")
     args = ap.parse_args()
     torch.backends.cudnn.benchmark = False
     out = []
-    for cfg in sweep_configs(args.sweep, args.seed):
+    cfgs = ([parse_layer(t) for t in args.layer] if args.layer
+            else sweep_configs(args.sweep, args.seed))
+    for cfg in cfgs:
         for dn in args.dtypes.split(","):
             dt = DTYPES[dn]
             g = torch.Generator(device="cuda").manual_seed(0)
@@ -116,6 +133,7 @@ def main():
                         rec["times"][a] = t
                 t, ran = run_pass(pass_, cfg, x, w, b, gy, "")
                 rec["default"] = {"ms": t, "algo": ran}
+                rec["torch_ms"] = run_torch(pass_, cfg, x, w, b, gy)
                 out.append(rec)
             torch.cuda.empty_cache()
     os.environ.pop("CONVT2D_ALGO", None)
@@ -134,7 +152,8 @@ def main():
         for v, r in order:
             best = min(r["times"], key=r["times"].get)
             print(f"  {v:6.2f}x {r['dtype']} default {r['default']['algo']} "
-                  f"{r['default']['ms']:.3f} ms, best {best} {r['times'][best]:.3f} ms  "
+                  f"{r['default']['ms']:.3f} ms, best {best} {r['times'][best]:.3f} ms, "
+                  f"torch {r['torch_ms']:.3f} ms  "
                   f"--layer {r['layer']}  " +
                   " ".join(f"{a}={t:.3f}" for a, t in sorted(r["times"].items())))
 

@@ -2177,6 +2177,53 @@ def test_planner_small_phase_and_depthwise_choices(monkeypatch):
         assert _ran("fwd") == "depthwise", convt2d.last_algorithms()
 
 
+def test_single_input_channel_dense_layer_runs_cublas(monkeypatch):
+    """One input channel to 64 outputs, a 1x1 kernel at stride 1, channels-last: every pass is
+    one GEMM over all pixels (K = 1 forward, matrix-vector products backward), which cuBLAS
+    runs at the bytes' floor; the planner takes it in every pass, and the results are right."""
+    _algo(monkeypatch, None)
+    cfg = Cfg(8, 1, 64, 32, 32, k=1, bias=False)
+    for dt in (torch.float32, torch.bfloat16):
+        x, w, b = cfg.make(dt, "cuda")
+        x = x.contiguous(memory_format=torch.channels_last)
+        gy = torch.randn(cfg.out_shape(), device="cuda").to(dt).contiguous(
+            memory_format=torch.channels_last)
+        check(x, w, b, cfg.kwargs(), gy=gy, what=f"1 -> 64 k1 {dt} ")
+        convt2d.forward(x, w, b, **cfg.kwargs())
+        assert _ran("fwd") == "cublas_gemm", convt2d.last_algorithms()
+        torch.ops.convt2d.backward(gy, x, w, *_op_args(cfg.kwargs()), [True, True, False])
+        assert (_ran("dgrad"), _ran("wgrad")) == ("cublas_gemm",) * 2, convt2d.last_algorithms()
+
+
+def test_single_input_channel_large_grad_weight_leaves_depthwise(monkeypatch):
+    """grad_weight of one input channel to 1024 outputs on 7168 pixels (k9 s3): the cost
+    model weighs the depthwise kernels against the others (which measured 2.5-5x faster
+    there); the result is right either way."""
+    _algo(monkeypatch, None)
+    cfg = Cfg(32, 1, 1024, 56, 4, k=9, stride=3, bias=False)
+    x, w, b = cfg.make(torch.bfloat16, "cuda")
+    check(x, w, b, cfg.kwargs(), what="1 -> 1024 k9 s3 ")
+    _backward_here(cfg, x, w, [False, True, False])
+    assert _ran("wgrad") not in ("depthwise", "depthwise_tiled"), convt2d.last_algorithms()
+
+
+def test_narrow_images_leave_the_direct_kernels(monkeypatch):
+    """A layer on images 2 columns wide (3 output columns, stride 2: phases of 1-2 columns):
+    the direct kernels' 32-column tiles would be mostly idle, so the forward runs the implicit
+    GEMM (16 -> 21 channels, k=(9,1)); forced, the direct kernels are still right."""
+    _algo(monkeypatch, None)
+    cfg = Cfg(32, 16, 21, 128, 2, k=(9, 1), stride=2, padding=(4, 0))
+    for dt in (torch.float32, torch.bfloat16):
+        x, w, b = cfg.make(dt, "cuda")
+        check(x, w, b, cfg.kwargs(), what=f"narrow {dt} ", backward=False)
+        assert _ran("fwd").startswith("implicit_gemm"), convt2d.last_algorithms()
+    for algo in ("direct_tensorop", "direct_simt"):
+        _algo(monkeypatch, f"fwd:{algo}")
+        x, w, b = cfg.make(torch.bfloat16, "cuda")
+        check(x, w, b, cfg.kwargs(), what=f"narrow {algo} ", backward=False)
+        assert _ran("fwd") == algo, convt2d.last_algorithms()
+
+
 def test_planner_channels_last_gemm(monkeypatch):
     """Channels-last x with 32+ outputs per group and whole 16-byte input-channel chunks: the
     implicit GEMM where the bytes bound the layer (few reduced channels per output), not the

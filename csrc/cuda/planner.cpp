@@ -39,14 +39,22 @@ bool tensor_cores(const Query& q) { return q.sm80 && q.dt != DType::kDouble; }
 constexpr double kLaunch = 5e-6;             // s per kernel / copy launch (host + gap)
 constexpr double kBandwidth = 2.4e12;        // bytes/s, achieved
 constexpr double kGemmBlocks = 264;          // implicit-GEMM blocks that fill the GPU
-constexpr double kDirectThreads = 2048 * 132;  // direct-gradient threads that fill it
 constexpr double kDirectPixels = 64 * 132;   // direct / narrow forward output pixels that do
 constexpr double kNarrowRate = 8e12;         // FLOP/s, narrow forward (fp32 FMA)
 constexpr double kDirectSimtRate = 4e12;     // FLOP/s, CUDA-core direct forward
 constexpr double kDirectTcRate = 25e12;      // FLOP/s, tensor-core direct forward
 constexpr double kDirectDgradRate = 2.0e12;  // products/s (the weight load is warp-uniform)
+constexpr double kDirectDgradLatency = 50e-9;  // s per product of one thread's chain
 constexpr double kDirectWgradRate = 1.5e12;  // products/s (two loads each)
 constexpr double kDepthwiseRate = 5e12;      // depthwise forward: tap products per output / s
+// ... and outputs / s: its stores ran at 2-6e11 outputs/s on layers of 60-130M outputs (tuning
+// seed 1 + probes; 2-5x their bytes' floor), whatever the taps
+constexpr double kDepthwiseOutRate = 3e11;
+// grad_weight's depthwise kernels: products / s as measured on layers of 20-600M products
+// (1.3-9e11; one input channel to 64-1024 outputs and plain depthwise layers); taken without
+// the cost model up to kDepthwiseMaxOutputs outputs per group
+constexpr double kDepthwiseWgradRate = 4e11;
+constexpr int64_t kDepthwiseMaxOutputs = 32;
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 int64_t elem_bytes(DType dt) {
@@ -63,6 +71,12 @@ double fill(double work_units, double full) { return std::min(1.0, std::max(work
 // The tensor-core implicit GEMM's grid and K loop (forward per phase, or grad_input): its
 // blocks (128-row tiles x N tiles x phases x groups), K tiles per block (128-byte K rows,
 // 64-byte below that), and the elements of its output.
+// The tensor-core implicit GEMM's K tile per tap (elements): 128-byte rows, 64-byte where the
+// channels reduced per tap take less; fewer channels leave the rest of the tile zero.
+int64_t k_tile(int64_t kc, DType dt) {
+  const int64_t eb = elem_bytes(dt);
+  return (kc * eb >= 128 ? 128 : 64) / eb;
+}
 struct IgemmShape {
   double blocks = 0, iters = 0, tile_flops = 0, out_elems = 0;
 };
@@ -73,7 +87,7 @@ IgemmShape igemm_shape(const Query& q, bool dgrad) {
   const int64_t m = dgrad ? p.N * p.H * p.W
                           : p.N * ((p.Ho + p.sh - 1) / p.sh) * ((p.Wo + p.sw - 1) / p.sw);
   const int64_t bn = nc <= 32 ? 32 : nc <= 64 ? 64 : 128;
-  const int64_t eb = elem_bytes(q.dt), bk = (kc * eb >= 128 ? 128 : 64) / eb;
+  const int64_t bk = k_tile(kc, q.dt);
   const int64_t taps = dgrad ? p.kh * p.kw
                              : ((p.kh + p.sh - 1) / p.sh) * ((p.kw + p.sw - 1) / p.sw);
   IgemmShape s;
@@ -112,6 +126,11 @@ double fwd_time(Algo a, const Query& q) {
                               p.Cin * p.cout_g() * p.kh * p.kw);
   const double flops = 2.0 * pix * double(p.Cout) * double(p.cin_g()) * kk / phases;
   const double mem = bytes / kBandwidth;
+  // The direct kernels' tiles span 32 columns of a stride phase (a lane or an MMA row per
+  // column): a phase narrower than that (a 1-D signal, W = 1, or a few columns) leaves the
+  // rest of each tile idle, so their work is that of the phase's columns rounded up to 32.
+  const double nqx_d = double((p.Wo + p.sw - 1) / p.sw);
+  const double col_util = nqx_d / double(round_up(std::max<int64_t>(1, int64_t(nqx_d)), 32));
   switch (a) {
     case Algo::kNarrowOutput: {
       // Its warps take 32 columns x 8 rows of a stride phase: narrow phases (a small image)
@@ -122,7 +141,8 @@ double fwd_time(Algo a, const Query& q) {
       return kLaunch + std::max(mem, flops / util / (kNarrowRate * fill(pix / util, kDirectPixels)));
     }
     case Algo::kDirectSimt:
-      return kLaunch + std::max(mem, flops / (kDirectSimtRate * fill(pix, kDirectPixels)));
+      return kLaunch + std::max(mem, flops / col_util /
+                                         (kDirectSimtRate * fill(pix / col_util, kDirectPixels)));
     case Algo::kDirect:
     case Algo::kDirectTensorOp: {  // + the weight packing (one launch); tiles of 16+ outputs
       // Its rate scaled by the warps resident per SM against a tall tile's: many input
@@ -131,11 +151,13 @@ double fwd_time(Algo a, const Query& q) {
       const double occ = direct_tc_occupancy(p, q.dt, q.math);
       return 2 * kLaunch +
              std::max(mem, flops * double(round_up(p.cout_g(), 16)) / double(p.cout_g()) /
-                               (kDirectTcRate * occ * fill(pix, kDirectPixels)));
+                               col_util /
+                               (kDirectTcRate * occ * fill(pix / col_util, kDirectPixels)));
     }
-    case Algo::kFwdDepthwise: {  // per output and tap a staged load and an FMA (+ 1 for the store)
+    case Algo::kFwdDepthwise: {  // per output and tap a staged load and an FMA, per output a store
       const double taps = double((p.kh + p.sh - 1) / p.sh) * double((p.kw + p.sw - 1) / p.sw);
-      return kLaunch + std::max(mem, double(p.N * p.Cout * p.Ho * p.Wo) * (taps + 1) / kDepthwiseRate);
+      const double outs = double(p.N * p.Cout * p.Ho * p.Wo);
+      return kLaunch + std::max(mem, outs / kDepthwiseOutRate + outs * taps / kDepthwiseRate);
     }
     case Algo::kFwdCublasGemm:
       return cublas_time(Pass::kForward, q);
@@ -183,7 +205,8 @@ double fwd_time(Algo a, const Query& q) {
       const double blocks = m / 128 * double((p.cout_g() + 63) / 64) * double(p.groups) * phases;
       const double f = 2.0 * m * phases * double(p.groups) *
                        double(round_up(p.cout_g(), p.cout_g() <= 32 ? 32 : 64)) *
-                       double(round_up(p.cin_g(), tensor ? chunk_elems(q.dt) : 16)) * kk / phases;
+                       double(round_up(p.cin_g(), tensor ? k_tile(p.cin_g(), q.dt) : 16)) * kk /
+                       phases;
       if (tensor) {  // split-K where the grid is small (igemm_k_splits)
         const IgemmShape s = igemm_shape(q, false);
         const int k = igemm_k_splits(q, false);
@@ -205,8 +228,11 @@ struct DenseGemm {
   // bytes of its three matrices (A and B per image where batched), of elem_bytes eb
   double matrix_bytes(double eb) const { return eb * (batch * (m * k + k * n) + m * n); }
   int launches = 1;
-  // cuBLAS's slow shapes: a single channel on either side (a matrix-vector product), or
-  // per-image matrices whose rows (H*W) are not whole 16-byte chunks
+  // cuBLAS's slow shapes: per-image matrices (a GEMM per image) with a single channel on
+  // either side (matrix-vector products) or rows (H*W) not in whole 16-byte chunks. One GEMM
+  // over all pixels with a single channel is not slow: a single input channel to 64 (1x1
+  // kernel, 256x256 channels-last, batch 32) ran 0.1-0.19 ms on cuBLAS in every pass against
+  // 0.23-1.6 ms on the depthwise and direct kernels (docs/perf-log.md, v35).
   bool slow_shape = false;
 };
 DenseGemm dense_gemm(Pass pass, const Query& q) {
@@ -220,7 +246,7 @@ DenseGemm dense_gemm(Pass pass, const Query& q) {
   const double cols = pixel ? double(p.Cout) * kk : double(p.Cout);  // grad_output's per pixel
   DenseGemm g;
   const int64_t row_elems = 16 / elem_bytes(q.dt);
-  g.slow_shape = p.Cin == 1 || cols == 1 || (per_image && (p.H * p.W) % row_elems != 0);
+  g.slow_shape = per_image && (p.Cin == 1 || cols == 1 || (p.H * p.W) % row_elems != 0);
   if (pixel && kk > 1 && (pass == Pass::kForward ? !q.out_nchw : !q.go_nchw)) {
     g.extra_bytes += 2 * eb * double(p.Cin) * cols;  // the weight permuted taps-major
     g.launches++;
@@ -301,7 +327,7 @@ double backward_bytes(const Query& q) {
                 2 * p.Cin * p.cout_g() * p.kh * p.kw);
 }
 // grad_input as the implicit GEMM: M = N*H*W pixels in 128-row tiles, N = Cin/groups in
-// 64-wide tiles, K = Cout/groups (padded to 16-byte chunks on tensor cores) x taps, per
+// 64-wide tiles, K = Cout/groups (padded to the K tile on tensor cores, k_tile) x taps, per
 // group; the channels-last copy and the weight packing besides the kernel.
 double dgrad_gemm_time(const Query& q) {
   const Problem& p = q.p;
@@ -309,7 +335,8 @@ double dgrad_gemm_time(const Query& q) {
   const double m = double(round_up(p.N * p.H * p.W, 128));
   const double blocks = m / 128 * double((p.cin_g() + 63) / 64) * double(p.groups);
   const double flops = 2.0 * m * double(p.groups) * double(round_up(p.cin_g(), 64)) *
-                       double(round_up(p.cout_g(), tensor ? chunk_elems(q.dt) : 16) * p.kh * p.kw);
+                       double(round_up(p.cout_g(), tensor ? k_tile(p.cout_g(), q.dt) : 16) * p.kh *
+                              p.kw);
   if (tensor) {  // split-K where the grid is small (igemm_k_splits)
     const int k = igemm_k_splits(q, true);
     if (k > 1)
@@ -320,13 +347,14 @@ double dgrad_gemm_time(const Query& q) {
          std::max(backward_bytes(q) / kBandwidth,
                   flops / (gemm_rate(q, tensor) * fill(blocks, kGemmBlocks)));
 }
-// One thread per grad_input element.
+// One thread per grad_input element, a serial chain of Cout/groups x taps products: the
+// products at the GPU's rate, or, for a small grid, the chain at a product's latency.
 double dgrad_direct_time(const Query& q) {
   const Problem& p = q.p;
   const double n = double(p.N * p.Cin * p.H * p.W);
-  const double products = n * double(p.cout_g() * p.kh * p.kw);
+  const double chain = double(p.cout_g() * p.kh * p.kw);
   return kLaunch + std::max(backward_bytes(q) / kBandwidth,
-                            products / (kDirectDgradRate * fill(n, kDirectThreads)));
+                            std::max(n * chain / kDirectDgradRate, chain * kDirectDgradLatency));
 }
 // grad_weight: the tensorop kernel's GEMM has M = taps x Cout/groups (tiles of 128), N =
 // Cin/groups (tiles of 64), K = N*H*W split over the GPU (copies, kernel, reduction); the
@@ -347,9 +375,8 @@ double wgrad_time(Algo a, const Query& q) {
              std::max(mem, double(p.Cin * p.cout_g()) * kk * P / (kDirectWgradRate * eff));
     }
     case Algo::kWgradDepthwise:  // x and grad_output read once; a product per tap and pixel
-      return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / (2 * kDirectWgradRate));
     case Algo::kWgradDepthwiseTiled:  // the same, a product per tap and pixel from registers
-      return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / kDepthwiseRate);
+      return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / kDepthwiseWgradRate);
     case Algo::kWgradWgmmaNchw:
     case Algo::kWgradTensorOp:
       return 4 * kLaunch +
@@ -663,14 +690,14 @@ std::vector<Algo> forward_rules(const Query& q) {
   std::vector<Algo> seq;
   const Problem& p = q.p;
   const double kpo = k_per_output(p);
+  // A pass that is exactly one dense GEMM (a 1x1 kernel at stride 1, a 1x1 input; one group,
+  // so of the layers below a single input channel only): cuBLAS, where prefer_cublas.
+  if (can_implement(Algo::kFwdCublasGemm, q) && prefer_cublas(Pass::kForward, q))
+    seq.push_back(Algo::kFwdCublasGemm);
   // One input channel per group (depthwise; a single input channel): each output has a
   // handful of taps, the bytes moved are the floor, and the depthwise kernel reads x once
   // per tap in the output's own memory order (either layout).
   if (can_implement(Algo::kFwdDepthwise, q)) seq.push_back(Algo::kFwdDepthwise);
-  // A pass that is exactly one dense GEMM (a 1x1 kernel at stride 1, a 1x1 input): cuBLAS,
-  // where prefer_cublas.
-  if (can_implement(Algo::kFwdCublasGemm, q) && prefer_cublas(Pass::kForward, q))
-    seq.push_back(Algo::kFwdCublasGemm);
   // Many input channels against few output columns per input pixel (Cout*kh*kw): one GEMM
   // over all taps reads x once, with all the columns in its tiles, then a col2im pass; the
   // per-phase kernels read x once per tap, their N (Cout) padded to 32 (an RGB or keypoint
@@ -771,8 +798,11 @@ static std::vector<Algo> plan_forward_uncached(const Query& q, Algo forced) {
     // beat the direct ones by 2x in geomean over the class; docs/design.md, the planner).
     // (The narrow kernel likewise: 491 us against the depthwise kernel's 93 on a 256-channel
     // k1 s2 layer of 13x13 images, bf16.)
-    if (rule == Algo::kFwdDepthwise && (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp ||
-                                        a == Algo::kNarrowOutput))
+    // With many outputs per input channel the direct kernels' channel tiles fill, and they
+    // are candidates (one input channel to 48-4096 outputs per group on 16 layers: they or the
+    // patch GEMM ran 1.4-10x faster than the depthwise kernel on the 7 largest).
+    if (rule == Algo::kFwdDepthwise && q.p.cout_g() <= kDepthwiseMaxOutputs &&
+        (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp || a == Algo::kNarrowOutput))
       continue;
     // Nor the direct kernels where the GEMM measured faster: small stride phases of a strided
     // 1x1 kernel (small_phase_gemm; the model charges the GEMM three launches against their
@@ -986,10 +1016,15 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
   // per-pixel kernel reads grad_output straight (kernel <= stride: the tiled kernel measured
   // 1.1-1.8x slower there; elsewhere 1.0-5.2x faster on the tuning probe but for taps that
   // overlap along one dimension only, k=(1,5) s=2: 0.8-0.9x; docs/design.md "Depthwise").
+  // With many outputs per input channel (a single input channel to hundreds) the cost model
+  // weighs them against the rest below: on large layers they lost (1 -> 1024 k9 s3, 7168
+  // pixels: 1.3-2.1 ms against 0.42-0.82 on the padded tensorop kernel), on small ones won.
   const bool go_reuse = (q.p.kh - 1) * q.p.dh >= q.p.sh || (q.p.kw - 1) * q.p.dw >= q.p.sw;
-  if (go_reuse && can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
-  if (can_implement(Algo::kWgradDepthwise, q)) return Algo::kWgradDepthwise;
-  if (can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
+  const bool dw = q.p.cout_g() <= kDepthwiseMaxOutputs;
+  if (dw && go_reuse && can_implement(Algo::kWgradDepthwiseTiled, q))
+    return Algo::kWgradDepthwiseTiled;
+  if (dw && can_implement(Algo::kWgradDepthwise, q)) return Algo::kWgradDepthwise;
+  if (dw && can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
   // fp32 with TF32 off (3xTF32) from the NCHW tensors themselves on Hopper wgmma: no
   // channels-last copies. With TF32 on, the tensorop kernel's TF32 tiles measured faster.
   Algo a = Algo::kWgradSimt;
@@ -1005,6 +1040,18 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
     a = Algo::kWgradDirect;
     t = wgrad_time(a, q);
   }
+  // The CUDA-core GEMM per tap: two launches against the tensorop kernel's four (copies,
+  // kernel, reduction), which small layers feel.
+  if (a != Algo::kWgradSimt && wgrad_time(Algo::kWgradSimt, q) < t) {
+    a = Algo::kWgradSimt;
+    t = wgrad_time(a, q);
+  }
+  if (!dw)
+    for (Algo d : {Algo::kWgradDepthwiseTiled, Algo::kWgradDepthwise})
+      if (can_implement(d, q) && wgrad_time(d, q) < t) {
+        a = d;
+        t = wgrad_time(a, q);
+      }
   // Channels not in whole 16-byte chunks: the tensorop kernel on zero-padded copies.
   if (can_implement(Algo::kWgradPadded, q) && wgrad_padded_time(q) < t) a = Algo::kWgradPadded;
   return a;

@@ -228,11 +228,13 @@ struct DenseGemm {
   // bytes of its three matrices (A and B per image where batched), of elem_bytes eb
   double matrix_bytes(double eb) const { return eb * (batch * (m * k + k * n) + m * n); }
   int launches = 1;
-  // cuBLAS's slow shapes: per-image matrices (a GEMM per image) with a single channel on
-  // either side (matrix-vector products) or rows (H*W) not in whole 16-byte chunks. One GEMM
-  // over all pixels with a single channel is not slow: a single input channel to 64 (1x1
-  // kernel, 256x256 channels-last, batch 32) ran 0.1-0.19 ms on cuBLAS in every pass against
-  // 0.23-1.6 ms on the depthwise and direct kernels (docs/perf-log.md, v35).
+  // cuBLAS's slow shapes: per-image matrices (a GEMM per image) that are matrix-vector
+  // products (a single channel on a side the pass does not reduce) or whose rows (H*W) are
+  // not whole 16-byte chunks. A single reduced channel (the forward's K = Cin = 1: outer
+  // products) is not slow, nor one GEMM over all pixels: a single input channel to 64 (1x1
+  // kernel, 256x256, batch 32) ran 0.1-0.19 ms on cuBLAS in every pass (the forward per image,
+  // the gradients channels-last) against 0.23-1.6 ms on the depthwise and direct kernels
+  // (docs/perf-log.md, v35).
   bool slow_shape = false;
 };
 DenseGemm dense_gemm(Pass pass, const Query& q) {
@@ -246,7 +248,11 @@ DenseGemm dense_gemm(Pass pass, const Query& q) {
   const double cols = pixel ? double(p.Cout) * kk : double(p.Cout);  // grad_output's per pixel
   DenseGemm g;
   const int64_t row_elems = 16 / elem_bytes(q.dt);
-  g.slow_shape = per_image && (p.Cin == 1 || cols == 1 || (p.H * p.W) % row_elems != 0);
+  // (one channel on a side the pass does not reduce: grad_input's Cin, the forward's
+  // Cout*kh*kw, either of grad_weight's)
+  const bool vec = pass == Pass::kForward ? cols == 1
+                   : pass == Pass::kGradInput ? p.Cin == 1 : (p.Cin == 1 || cols == 1);
+  g.slow_shape = per_image && (vec || (p.H * p.W) % row_elems != 0);
   if (pixel && kk > 1 && (pass == Pass::kForward ? !q.out_nchw : !q.go_nchw)) {
     g.extra_bytes += 2 * eb * double(p.Cin) * cols;  // the weight permuted taps-major
     g.launches++;

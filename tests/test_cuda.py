@@ -2195,18 +2195,6 @@ def test_single_input_channel_dense_layer_runs_cublas(monkeypatch):
         assert (_ran("dgrad"), _ran("wgrad")) == ("cublas_gemm",) * 2, convt2d.last_algorithms()
 
 
-def test_single_input_channel_large_grad_weight_leaves_depthwise(monkeypatch):
-    """grad_weight of one input channel to 1024 outputs on 7168 pixels (k9 s3): the cost
-    model weighs the depthwise kernels against the others (which measured 2.5-5x faster
-    there); the result is right either way."""
-    _algo(monkeypatch, None)
-    cfg = Cfg(32, 1, 1024, 56, 4, k=9, stride=3, bias=False)
-    x, w, b = cfg.make(torch.bfloat16, "cuda")
-    check(x, w, b, cfg.kwargs(), what="1 -> 1024 k9 s3 ")
-    _backward_here(cfg, x, w, [False, True, False])
-    assert _ran("wgrad") not in ("depthwise", "depthwise_tiled"), convt2d.last_algorithms()
-
-
 def test_narrow_images_leave_the_direct_kernels(monkeypatch):
     """A layer on images 2 columns wide (3 output columns, stride 2: phases of 1-2 columns):
     the direct kernels' 32-column tiles would be mostly idle, so the forward runs the implicit

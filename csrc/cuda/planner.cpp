@@ -39,21 +39,19 @@ bool tensor_cores(const Query& q) { return q.sm80 && q.dt != DType::kDouble; }
 constexpr double kLaunch = 5e-6;             // s per kernel / copy launch (host + gap)
 constexpr double kBandwidth = 2.4e12;        // bytes/s, achieved
 constexpr double kGemmBlocks = 264;          // implicit-GEMM blocks that fill the GPU
+constexpr double kDirectThreads = 2048 * 132;  // direct-gradient threads that fill it
 constexpr double kDirectPixels = 64 * 132;   // direct / narrow forward output pixels that do
 constexpr double kNarrowRate = 8e12;         // FLOP/s, narrow forward (fp32 FMA)
 constexpr double kDirectSimtRate = 4e12;     // FLOP/s, CUDA-core direct forward
 constexpr double kDirectTcRate = 25e12;      // FLOP/s, tensor-core direct forward
 constexpr double kDirectDgradRate = 2.0e12;  // products/s (the weight load is warp-uniform)
-constexpr double kDirectDgradLatency = 50e-9;  // s per product of one thread's chain
 constexpr double kDirectWgradRate = 1.5e12;  // products/s (two loads each)
 constexpr double kDepthwiseRate = 5e12;      // depthwise forward: tap products per output / s
 // ... and outputs / s: its stores ran at 2-6e11 outputs/s on layers of 60-130M outputs (tuning
 // seed 1 + probes; 2-5x their bytes' floor), whatever the taps
 constexpr double kDepthwiseOutRate = 3e11;
-// grad_weight's depthwise kernels: products / s as measured on layers of 20-600M products
-// (1.3-9e11; one input channel to 64-1024 outputs and plain depthwise layers); taken without
-// the cost model up to kDepthwiseMaxOutputs outputs per group
-constexpr double kDepthwiseWgradRate = 4e11;
+// The forward's depthwise rule gives way to the cost model's direct kernels above this many
+// outputs per group (their channel tiles fill)
 constexpr int64_t kDepthwiseMaxOutputs = 32;
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
@@ -333,7 +331,7 @@ double backward_bytes(const Query& q) {
                 2 * p.Cin * p.cout_g() * p.kh * p.kw);
 }
 // grad_input as the implicit GEMM: M = N*H*W pixels in 128-row tiles, N = Cin/groups in
-// 64-wide tiles, K = Cout/groups (padded to the K tile on tensor cores, k_tile) x taps, per
+// 64-wide tiles, K = Cout/groups (padded to 16-byte chunks on tensor cores) x taps, per
 // group; the channels-last copy and the weight packing besides the kernel.
 double dgrad_gemm_time(const Query& q) {
   const Problem& p = q.p;
@@ -341,8 +339,7 @@ double dgrad_gemm_time(const Query& q) {
   const double m = double(round_up(p.N * p.H * p.W, 128));
   const double blocks = m / 128 * double((p.cin_g() + 63) / 64) * double(p.groups);
   const double flops = 2.0 * m * double(p.groups) * double(round_up(p.cin_g(), 64)) *
-                       double(round_up(p.cout_g(), tensor ? k_tile(p.cout_g(), q.dt) : 16) * p.kh *
-                              p.kw);
+                       double(round_up(p.cout_g(), tensor ? chunk_elems(q.dt) : 16) * p.kh * p.kw);
   if (tensor) {  // split-K where the grid is small (igemm_k_splits)
     const int k = igemm_k_splits(q, true);
     if (k > 1)
@@ -353,14 +350,13 @@ double dgrad_gemm_time(const Query& q) {
          std::max(backward_bytes(q) / kBandwidth,
                   flops / (gemm_rate(q, tensor) * fill(blocks, kGemmBlocks)));
 }
-// One thread per grad_input element, a serial chain of Cout/groups x taps products: the
-// products at the GPU's rate, or, for a small grid, the chain at a product's latency.
+// One thread per grad_input element.
 double dgrad_direct_time(const Query& q) {
   const Problem& p = q.p;
   const double n = double(p.N * p.Cin * p.H * p.W);
-  const double chain = double(p.cout_g() * p.kh * p.kw);
+  const double products = n * double(p.cout_g() * p.kh * p.kw);
   return kLaunch + std::max(backward_bytes(q) / kBandwidth,
-                            std::max(n * chain / kDirectDgradRate, chain * kDirectDgradLatency));
+                            products / (kDirectDgradRate * fill(n, kDirectThreads)));
 }
 // grad_weight: the tensorop kernel's GEMM has M = taps x Cout/groups (tiles of 128), N =
 // Cin/groups (tiles of 64), K = N*H*W split over the GPU (copies, kernel, reduction); the
@@ -381,8 +377,9 @@ double wgrad_time(Algo a, const Query& q) {
              std::max(mem, double(p.Cin * p.cout_g()) * kk * P / (kDirectWgradRate * eff));
     }
     case Algo::kWgradDepthwise:  // x and grad_output read once; a product per tap and pixel
+      return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / (2 * kDirectWgradRate));
     case Algo::kWgradDepthwiseTiled:  // the same, a product per tap and pixel from registers
-      return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / kDepthwiseWgradRate);
+      return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / kDepthwiseRate);
     case Algo::kWgradWgmmaNchw:
     case Algo::kWgradTensorOp:
       return 4 * kLaunch +
@@ -1022,15 +1019,10 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
   // per-pixel kernel reads grad_output straight (kernel <= stride: the tiled kernel measured
   // 1.1-1.8x slower there; elsewhere 1.0-5.2x faster on the tuning probe but for taps that
   // overlap along one dimension only, k=(1,5) s=2: 0.8-0.9x; docs/design.md "Depthwise").
-  // With many outputs per input channel (a single input channel to hundreds) the cost model
-  // weighs them against the rest below: on large layers they lost (1 -> 1024 k9 s3, 7168
-  // pixels: 1.3-2.1 ms against 0.42-0.82 on the padded tensorop kernel), on small ones won.
   const bool go_reuse = (q.p.kh - 1) * q.p.dh >= q.p.sh || (q.p.kw - 1) * q.p.dw >= q.p.sw;
-  const bool dw = q.p.cout_g() <= kDepthwiseMaxOutputs;
-  if (dw && go_reuse && can_implement(Algo::kWgradDepthwiseTiled, q))
-    return Algo::kWgradDepthwiseTiled;
-  if (dw && can_implement(Algo::kWgradDepthwise, q)) return Algo::kWgradDepthwise;
-  if (dw && can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
+  if (go_reuse && can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
+  if (can_implement(Algo::kWgradDepthwise, q)) return Algo::kWgradDepthwise;
+  if (can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
   // fp32 with TF32 off (3xTF32) from the NCHW tensors themselves on Hopper wgmma: no
   // channels-last copies. With TF32 on, the tensorop kernel's TF32 tiles measured faster.
   Algo a = Algo::kWgradSimt;
@@ -1046,18 +1038,6 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
     a = Algo::kWgradDirect;
     t = wgrad_time(a, q);
   }
-  // The CUDA-core GEMM per tap: two launches against the tensorop kernel's four (copies,
-  // kernel, reduction), which small layers feel.
-  if (a != Algo::kWgradSimt && wgrad_time(Algo::kWgradSimt, q) < t) {
-    a = Algo::kWgradSimt;
-    t = wgrad_time(a, q);
-  }
-  if (!dw)
-    for (Algo d : {Algo::kWgradDepthwiseTiled, Algo::kWgradDepthwise})
-      if (can_implement(d, q) && wgrad_time(d, q) < t) {
-        a = d;
-        t = wgrad_time(a, q);
-      }
   // Channels not in whole 16-byte chunks: the tensorop kernel on zero-padded copies.
   if (can_implement(Algo::kWgradPadded, q) && wgrad_padded_time(q) < t) a = Algo::kWgradPadded;
   return a;

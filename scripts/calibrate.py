@@ -10,7 +10,9 @@ shows the fallback), then with the planner's own choice, and torch's own op for 
 (`torch` in the output: F.conv_transpose2d, or aten.convolution_backward with one gradient).
 Prints, per pass, how often the default is within 10% of the best candidate, and the layers
 where it is furthest off; writes every time to --out (JSON). `--layer L` (repeatable, the
-`python -m convt2d.bench --layer` form) replaces the sweep with the layers given. CUDA events, 3 warm-up runs, then the median of enough runs for
+`python -m convt2d.bench --layer` form) replaces the sweep with the layers given. CUDA events
+around each call (so host time counts: small layers' times are the host's, unlike the bench's
+`do_bench`, which hides it behind its L2 flush), 3 warm-up runs, then the median of enough runs for
 about 20 ms (at least 5). The backward passes run with the strided problem (bwd:strided) and,
 for the default, as the planner chooses.
 """
@@ -82,7 +84,7 @@ def run_torch(pass_, cfg, x, w, b, gy):
     k = (list(cfg.stride), list(cfg.padding), list(cfg.output_padding), cfg.groups,
          list(cfg.dilation))
     if pass_ == "fwd":
-        return time_ms(lambda: torch.nn.functional.conv_transpose2d(x, w, b, k[0], k[1], k[2], k[3], k[4]))
+        return time_ms(lambda: torch.nn.functional.conv_transpose2d(x, w, b, *k))
     mask = [pass_ == "dgrad", pass_ == "wgrad", False]
     return time_ms(lambda: torch.ops.aten.convolution_backward(
         gy, x, w, None, k[0], k[1], k[4], True, k[2], k[3], mask))

@@ -2178,9 +2178,10 @@ def test_planner_small_phase_and_depthwise_choices(monkeypatch):
 
 
 def test_single_input_channel_dense_layer_runs_cublas(monkeypatch):
-    """One input channel to 64 outputs, a 1x1 kernel at stride 1, channels-last: every pass is
-    one GEMM over all pixels (K = 1 forward, matrix-vector products backward), which cuBLAS
-    runs at the bytes' floor; the planner takes it in every pass, and the results are right."""
+    """One input channel to 64 outputs, a 1x1 kernel at stride 1, channels-last: the forward is
+    a GEMM per image with K = 1 (x of one channel is NCHW-contiguous too, so the output is
+    NCHW), the gradients one GEMM over all pixels each (matrix-vector products); cuBLAS runs
+    them near the bytes' floor, the planner takes it in every pass, and the results are right."""
     _algo(monkeypatch, None)
     cfg = Cfg(8, 1, 64, 32, 32, k=1, bias=False)
     for dt in (torch.float32, torch.bfloat16):

@@ -66,15 +66,15 @@ double gemm_rate(const Query& q, bool tensor) {
 }
 double fill(double work_units, double full) { return std::min(1.0, std::max(work_units, 1.0) / full); }
 
-// The tensor-core implicit GEMM's grid and K loop (forward per phase, or grad_input): its
-// blocks (128-row tiles x N tiles x phases x groups), K tiles per block (128-byte K rows,
-// 64-byte below that), and the elements of its output.
 // The tensor-core implicit GEMM's K tile per tap (elements): 128-byte rows, 64-byte where the
 // channels reduced per tap take less; fewer channels leave the rest of the tile zero.
 int64_t k_tile(int64_t kc, DType dt) {
   const int64_t eb = elem_bytes(dt);
   return (kc * eb >= 128 ? 128 : 64) / eb;
 }
+// The tensor-core implicit GEMM's grid and K loop (forward per phase, or grad_input): its
+// blocks (128-row tiles x N tiles x phases x groups), K tiles per block (k_tile), and the
+// elements of its output.
 struct IgemmShape {
   double blocks = 0, iters = 0, tile_flops = 0, out_elems = 0;
 };
@@ -226,13 +226,13 @@ struct DenseGemm {
   // bytes of its three matrices (A and B per image where batched), of elem_bytes eb
   double matrix_bytes(double eb) const { return eb * (batch * (m * k + k * n) + m * n); }
   int launches = 1;
-  // cuBLAS's slow shapes: per-image matrices (a GEMM per image) that are matrix-vector
-  // products (a single channel on a side the pass does not reduce) or whose rows (H*W) are
-  // not whole 16-byte chunks. A single reduced channel (the forward's K = Cin = 1: outer
-  // products) is not slow, nor one GEMM over all pixels: a single input channel to 64 (1x1
-  // kernel, 256x256, batch 32) ran 0.1-0.19 ms on cuBLAS in every pass (the forward per image,
-  // the gradients channels-last) against 0.23-1.6 ms on the depthwise and direct kernels
-  // (docs/perf-log.md, v35).
+  // cuBLAS's slow shapes: a single output column (Cout*kh*kw = 1: matrix-vector products),
+  // per-image gradients of a single input channel (matrix-vector products), per-image
+  // matrices whose rows (H*W) are not whole 16-byte chunks. A single input channel is not slow
+  // in the forward (K = 1: outer products) nor in one GEMM over all pixels: one input channel
+  // to 64 (1x1 kernel, 256x256, batch 32) ran 0.1-0.19 ms on cuBLAS in every pass (the forward
+  // per image, the gradients with channels-last grad_output) against 0.23-1.6 ms on the
+  // depthwise and direct kernels (docs/perf-log.md, v35).
   bool slow_shape = false;
 };
 DenseGemm dense_gemm(Pass pass, const Query& q) {
@@ -246,11 +246,11 @@ DenseGemm dense_gemm(Pass pass, const Query& q) {
   const double cols = pixel ? double(p.Cout) * kk : double(p.Cout);  // grad_output's per pixel
   DenseGemm g;
   const int64_t row_elems = 16 / elem_bytes(q.dt);
-  // (one channel on a side the pass does not reduce: grad_input's Cin, the forward's
-  // Cout*kh*kw, either of grad_weight's)
-  const bool vec = pass == Pass::kForward ? cols == 1
-                   : pass == Pass::kGradInput ? p.Cin == 1 : (p.Cin == 1 || cols == 1);
-  g.slow_shape = per_image && (vec || (p.H * p.W) % row_elems != 0);
+  // (a single output column, Cout*kh*kw = 1, stays slow in any layout: a one-channel
+  // grad_output is channels-last too, and the one-GEMM gradients then copy x and grad_input;
+  // a single input channel only in grad_input's and grad_weight's per-image products)
+  g.slow_shape = cols == 1 || (per_image && pass != Pass::kForward && p.Cin == 1) ||
+                 (per_image && (p.H * p.W) % row_elems != 0);
   if (pixel && kk > 1 && (pass == Pass::kForward ? !q.out_nchw : !q.go_nchw)) {
     g.extra_bytes += 2 * eb * double(p.Cin) * cols;  // the weight permuted taps-major
     g.launches++;
@@ -694,13 +694,15 @@ std::vector<Algo> forward_rules(const Query& q) {
   const Problem& p = q.p;
   const double kpo = k_per_output(p);
   // A pass that is exactly one dense GEMM (a 1x1 kernel at stride 1, a 1x1 input; one group,
-  // so of the layers below a single input channel only): cuBLAS, where prefer_cublas.
-  if (can_implement(Algo::kFwdCublasGemm, q) && prefer_cublas(Pass::kForward, q))
-    seq.push_back(Algo::kFwdCublasGemm);
+  // so of the layers below a single input channel only): cuBLAS, where prefer_cublas; for
+  // fp64 (not measured against it) after the depthwise kernel.
+  const bool blas = can_implement(Algo::kFwdCublasGemm, q) && prefer_cublas(Pass::kForward, q);
+  if (blas && q.dt != DType::kDouble) seq.push_back(Algo::kFwdCublasGemm);
   // One input channel per group (depthwise; a single input channel): each output has a
   // handful of taps, the bytes moved are the floor, and the depthwise kernel reads x once
   // per tap in the output's own memory order (either layout).
   if (can_implement(Algo::kFwdDepthwise, q)) seq.push_back(Algo::kFwdDepthwise);
+  if (blas && q.dt == DType::kDouble) seq.push_back(Algo::kFwdCublasGemm);
   // Many input channels against few output columns per input pixel (Cout*kh*kw): one GEMM
   // over all taps reads x once, with all the columns in its tiles, then a col2im pass; the
   // per-phase kernels read x once per tap, their N (Cout) padded to 32 (an RGB or keypoint

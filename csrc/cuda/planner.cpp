@@ -124,18 +124,18 @@ double fwd_time(Algo a, const Query& q) {
                               p.Cin * p.cout_g() * p.kh * p.kw);
   const double flops = 2.0 * pix * double(p.Cout) * double(p.cin_g()) * kk / phases;
   const double mem = bytes / kBandwidth;
-  // The direct kernels' tiles span 32 columns of a stride phase (a lane or an MMA row per
-  // column): a phase narrower than that (a 1-D signal, W = 1, or a few columns) leaves the
-  // rest of each tile idle, so their work is that of the phase's columns rounded up to 32.
-  const double nqx_d = double((p.Wo + p.sw - 1) / p.sw);
-  const double col_util = nqx_d / double(round_up(std::max<int64_t>(1, int64_t(nqx_d)), 32));
+  // The direct and narrow kernels' tiles span 32 columns of a stride phase (a lane or an MMA
+  // row per column): a phase narrower than that (a 1-D signal, W = 1, or a few columns)
+  // leaves the rest of each tile idle, so their work is that of the phase's columns rounded up
+  // to 32.
+  const int64_t nqx = (p.Wo + p.sw - 1) / p.sw;
+  const double col_util = double(nqx) / double(round_up(std::max<int64_t>(1, nqx), 32));
   switch (a) {
     case Algo::kNarrowOutput: {
-      // Its warps take 32 columns x 8 rows of a stride phase: narrow phases (a small image)
-      // leave lanes idle, so its work is that of the rounded-up phase.
-      const double nqx = double((p.Wo + p.sw - 1) / p.sw), nqy = double((p.Ho + p.sh - 1) / p.sh);
-      const double util = nqx / double(round_up(int64_t(nqx), 32)) *
-                          nqy / double(round_up(int64_t(nqy), 8));
+      // Its warps take 32 columns (col_util) x 8 rows of a stride phase: narrow phases (a
+      // small image) leave lanes idle, so its work is that of the rounded-up phase.
+      const double nqy = double((p.Ho + p.sh - 1) / p.sh);
+      const double util = col_util * nqy / double(round_up(int64_t(nqy), 8));
       return kLaunch + std::max(mem, flops / util / (kNarrowRate * fill(pix / util, kDirectPixels)));
     }
     case Algo::kDirectSimt:
@@ -246,9 +246,8 @@ DenseGemm dense_gemm(Pass pass, const Query& q) {
   const double cols = pixel ? double(p.Cout) * kk : double(p.Cout);  // grad_output's per pixel
   DenseGemm g;
   const int64_t row_elems = 16 / elem_bytes(q.dt);
-  // (a single output column, Cout*kh*kw = 1, stays slow in any layout: a one-channel
-  // grad_output is channels-last too, and the one-GEMM gradients then copy x and grad_input;
-  // a single input channel only in grad_input's and grad_weight's per-image products)
+  // (a one-channel grad_output counts as channels-last too: the one-GEMM gradients of a
+  // single output column would copy x and grad_input)
   g.slow_shape = cols == 1 || (per_image && pass != Pass::kForward && p.Cin == 1) ||
                  (per_image && (p.H * p.W) % row_elems != 0);
   if (pixel && kk > 1 && (pass == Pass::kForward ? !q.out_nchw : !q.go_nchw)) {

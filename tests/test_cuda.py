@@ -1867,12 +1867,15 @@ def test_direct_gradients_deterministic(monkeypatch):
 
 def test_depthwise_runs_its_kernels_by_default(monkeypatch):
     """A depthwise k=4 s=2 upsampling layer runs the depthwise kernels in every pass, in
-    either layout (grad_weight the tiled one: its taps overlap), and a k=2 s=2 layer the
-    per-pixel grad_weight kernel (no grad_output element read twice); a dense 64-channel layer
-    runs none of them."""
+    either layout (grad_weight the tiled one: its taps overlap; grad_input a thread per
+    element: 4 taps an element), a k=7 s=2 layer the tiled ones in both gradients (12 taps an
+    element), and a k=2 s=2 layer the per-element / per-pixel gradient kernels (no grad_output
+    element read twice); a dense 64-channel layer runs none of them."""
     _algo(monkeypatch, None)
     tiled = ("depthwise", "depthwise", "depthwise_tiled")
     for cfg, want in [(Cfg(4, 64, 64, 16, 16, k=4, stride=2, padding=1, groups=64), tiled),
+                      (Cfg(4, 64, 64, 16, 16, k=7, stride=2, padding=3, groups=64),
+                       ("depthwise", "depthwise_tiled", "depthwise_tiled")),
                       (Cfg(4, 64, 64, 16, 16, k=2, stride=2, groups=64), ("depthwise",) * 3),
                       (Cfg(4, 64, 64, 16, 16, k=3, stride=1, padding=1), None)]:
         for cl in (False, True):
@@ -1905,7 +1908,11 @@ def test_depthwise_runs_its_kernels_by_default(monkeypatch):
 # taps in chunks of up to 4 or 8 columns and 32 / 16 taps): 3x5 planes of 9 images (a tile of
 # several images, the last partial), a k=7 with a channel multiplier (two chunks of tap rows;
 # four in fp64), dilation 2 with stride 2 (no register window), stride (3, 2) (a window two
-# apart per pixel); the k=16 and (18, 13) rows take several chunks of tap columns.
+# apart per pixel); the k=16 and (18, 13) rows take several chunks of tap columns. Tiny NCHW
+# planes (2x2 and 3x3 grad_input, 4x6 output; and the 1x1, 3x5 rows above), which the tiled
+# kernel takes with a lane per channel as for channels-last (40 channels: a partial group of
+# 32; 20 channels with a multiplier of 2 in grad_input's serial sum); the small layers here
+# (fewer blocks than twice the SMs) get tiles of fewer rows.
 _DEPTHWISE_CFGS = [
     Cfg(2, 16, 16, 9, 11, k=4, stride=2, padding=1, groups=16, bias=True),
     Cfg(3, 40, 40, 7, 6, k=3, stride=1, padding=1, groups=40, bias=False),
@@ -1926,6 +1933,8 @@ _DEPTHWISE_CFGS = [
     Cfg(2, 48, 96, 17, 23, k=7, padding=3, groups=48, bias=True),
     Cfg(3, 36, 36, 10, 13, k=3, stride=2, dilation=2, padding=2, groups=36),
     Cfg(2, 20, 20, 9, 11, k=(2, 5), stride=(3, 2), groups=20),
+    Cfg(3, 40, 40, 2, 2, k=3, padding=1, groups=40, bias=True),
+    Cfg(2, 20, 40, 2, 3, k=3, stride=2, padding=1, output_padding=1, groups=20),
 ]
 
 

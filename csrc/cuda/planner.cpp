@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <unordered_map>
 
 namespace convt2d {
@@ -938,6 +939,28 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
                                                                   : Algo::kStrided;
 }
 
+// Taps that read each grad_output element of a depthwise layer (about kh*kw / (sh*sw) where
+// the dilation divides neither stride; k*gcd(s, d)/s per dimension).
+static double depthwise_go_reads(const Problem& p) {
+  auto per_dim = [](int64_t k, int64_t s, int64_t d) {
+    return std::max(1.0, double(k) * double(std::gcd(s, d)) / double(s));
+  };
+  return per_dim(p.kh, p.sh, p.dh) * per_dim(p.kw, p.sw, p.dw);
+}
+
+// The depthwise tiled kernels' staging pays (grad_input, NCHW grad_weight): at stride 1, or
+// where the taps overlap in both dimensions ((k-1)*d >= s: each staged element read by
+// several taps) and the register window applies along the row (stride <= 2, no dilation: a
+// tap costs V FMAs and about one staged load); for grad_weight (many_reads) also where so
+// many taps read each element (more than 16) that staging pays without the window.
+static bool depthwise_tiles_pay(const Query& q, bool many_reads) {
+  const Problem& p = q.p;
+  if (p.sh == 1 && p.sw == 1) return true;
+  const bool overlap = (p.kh - 1) * p.dh >= p.sh && (p.kw - 1) * p.dw >= p.sw;
+  const bool window = p.sw <= 2 && p.dw == 1;
+  return overlap && (window || (many_reads && depthwise_go_reads(p) > 16));
+}
+
 static Algo plan_grad_input_uncached(const Query& q, Algo forced) {
   // grad_input is the strided conv2d of grad_output with the weight: one implicit GEMM, its
   // tensor-core kernel picked by igemm_kernel (below), unless
@@ -959,17 +982,20 @@ static Algo plan_grad_input_uncached(const Query& q, Algo forced) {
   // more outputs per input channel (a single input channel to hundreds) their serial sum over
   // them leaves the GPU latency-bound (one input channel to 512, k=4 s=2, a thread per element:
   // 1.1 ms against 0.08 ms for cuDNN), and the cost model chooses below.
-  // At stride 1 the tiled one, which stages each grad_output plane's region once per tile
-  // (tuning seed 1 + fixed depthwise layers, 14 stride-1 layers x fp32 / bf16: 0.98-4.0x faster
-  // than a thread per element, e.g. k=5 on 56x56 images, 256 channels, batch 128: 4.0 -> 1.0
-  // ms). Strided, the staged region is sh*sw times grad_input's, and where the kernel is no
-  // larger than the stride most of it is never read: a thread per element measured faster on
-  // kernel <= stride layers (k=1/2 s=2: up to 2x) and on small grids.
-  if (can_implement(Algo::kDgradDepthwiseTiled, q) && q.p.sh == 1 && q.p.sw == 1 &&
-      q.p.cout_g() <= 8)
+  // The tiled kernel stages each grad_output region once per tile and sums a tap row from a
+  // register window where its column reads step by one per tap and by one or two per output
+  // (no dilation along the row, stride 1 or 2): it wins where that window applies and every
+  // staged element is read by several taps: at stride 1, and where the taps overlap in both
+  // dimensions ((k-1)*d >= s) and more than 4 taps read each element (1024 channels,
+  // k=(7,3) s=2: 0.58 against 1.03 ms; k=7 and k=9 at s=2: 1.2x). Elsewhere (kernel <= stride
+  // along a dimension, where most of the staged region, sh*sw times grad_input's, is never
+  // read; strides past 2; dilation along the row; k=4 s=2, 4 taps an element, 0.8-0.95x tiled)
+  // a thread per grad_input element, reading grad_output once per tap in grad_input's memory
+  // order (k=4 s=4: 0.11 against 0.19 ms; k=4 s=3: 0.21 against 0.25).
+  const bool strided = q.p.sh > 1 || q.p.sw > 1;
+  if (q.p.cout_g() <= 8 && can_implement(Algo::kDgradDepthwiseTiled, q) &&
+      depthwise_tiles_pay(q, false) && !(strided && depthwise_go_reads(q.p) <= 4))
     return Algo::kDgradDepthwiseTiled;
-  // Strided: a thread per grad_input element (grad_output read once per tap, in grad_input's
-  // memory order).
   if (can_implement(Algo::kDgradDepthwise, q) && q.p.cout_g() <= 8) return Algo::kDgradDepthwise;
   // Cout/groups not in whole 16-byte chunks keeps the GEMM off tensor cores; padding the
   // channels with zeros (a copy of grad_output) puts it back on them.
@@ -1013,15 +1039,22 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
   if (can_implement(Algo::kWgradCublasGemm, q) &&
       (q.tap_gathered ? q.tap_cublas : prefer_cublas(Pass::kGradWeight, q)))
     return Algo::kWgradCublasGemm;
-  // One input channel per group: the depthwise kernels read x and grad_output once. Where
-  // taps reach past the stride in either dimension ((k-1)*d >= s), each grad_output element
-  // is read by several (pixel, tap) pairs: the tiled kernel stages it once per tile and sums
-  // the taps from registers. Where no element is read twice, staging buys nothing, and the
-  // per-pixel kernel reads grad_output straight (kernel <= stride: the tiled kernel measured
-  // 1.1-1.8x slower there; elsewhere 1.0-5.2x faster on the tuning probe but for taps that
-  // overlap along one dimension only, k=(1,5) s=2: 0.8-0.9x; docs/design.md "Depthwise").
+  // One input channel per group: the depthwise kernels read x and grad_output once. The tiled
+  // kernel stages the grad_output region a tile's taps read and sums a tap row from a register
+  // window (as grad_input's; depthwise_tiles_pay). Channels-last grad_output: a lane per
+  // channel, where the per-pixel kernel's lanes stride over channels; it wins for few outputs
+  // per group and, where some grad_output element is read by several taps, for many
+  // (channels-last 3x3 s=3: 0.32 against 0.50 ms; one input channel to 48, k=7 s=3: 0.63
+  // against 0.77; without reuse the per-pixel kernel: one input channel to 192, k=3 s=3, 0.20
+  // against 0.30). NCHW: the per-pixel kernel reads grad_output along rows, coalesced, and
+  // the tiled one wins only where depthwise_tiles_pay (1024 channels k=(7,3) s=2: 0.64
+  // against 1.20 ms; 56 channels k=(16,3) s=2 dilation 2, 48 taps an element: 43 against 56
+  // us; k=(1,5) s=2: 0.17 against 0.13 ms; k=9 s=4: 0.26 against 0.16; one input channel to
+  // 384, k=(3,1) s=2 dilation 2: 0.68 against 0.32).
   const bool go_reuse = (q.p.kh - 1) * q.p.dh >= q.p.sh || (q.p.kw - 1) * q.p.dw >= q.p.sw;
-  if (go_reuse && can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
+  const bool go_lanes = q.go_cl && q.p.Cout > 1;
+  const bool tiled = go_lanes ? q.p.cout_g() <= 8 || go_reuse : go_reuse && depthwise_tiles_pay(q, true);
+  if (tiled && can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
   if (can_implement(Algo::kWgradDepthwise, q)) return Algo::kWgradDepthwise;
   if (can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
   // fp32 with TF32 off (3xTF32) from the NCHW tensors themselves on Hopper wgmma: no

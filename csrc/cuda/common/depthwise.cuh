@@ -7,7 +7,7 @@
 //   grad_input gi[n, c, iy, ix] = sum over j < m and taps of go[n, c*m+j, oy, ox] w[c*m+j, ky, kx]
 //              with the same oy (a strided convolution of the m planes).
 // A block takes a tile of one image's output plane (NCHW: one channel) or of 8 / 32 channels
-// (channels-last: a lane per channel): it stages the input region the tile reads, zero-filled
+// (channels-last, and NCHW planes of a few outputs: a lane per channel): it stages the input region the tile reads, zero-filled
 // outside the tensor, and the taps' weights in shared memory (fp32; fp64 for double), then each
 // thread sums V consecutive outputs of one row per item (an item), one weight load per tap for
 // all of them; where a tap row's column reads step by one position per tap (every forward
@@ -34,6 +34,9 @@ constexpr int kDwThreads = 256;
 // (a lane per channel).
 constexpr int dw_v(int cb) { return cb == 1 ? 7 : 8; }
 constexpr int kDwSmemBytes = 48 * 1024;  // the tile's budget; past it only the smallest tile
+// More SMs than a GPU has: a launch of at least as many blocks fills any GPU (dw_plan asks
+// the device's count only below it).
+constexpr int kDwSmBound = 256;
 
 // One spatial dimension of the walk.
 struct DwDim {
@@ -67,7 +70,7 @@ struct DwArgs {
 };
 
 struct DwLaunch {
-  int cb = 1;            // channels per block: 1 (NCHW), 8 or 32 (channels-last)
+  int cb = 1;            // channels per block: 1 (NCHW), 8 or 32 (channels-last, tiny NCHW planes)
   int threads = kDwThreads;  // NCHW: down to 32 for planes of few items
   size_t smem = 0;
   int64_t blocks = 0;
@@ -178,14 +181,16 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
   if (!ok) return false;
   const int64_t sy1 = a.y.span, sx1 = a.x.span;
   const int Py = a.y.P, Px = a.x.P;
-  // Channels-last: 32 (or, for 16 channels or fewer, 8) channels per block; where even the
-  // smallest such tile's stage (CB times a plane's) exceeds the device's shared memory (large
-  // dilated kernels), fewer channels per block, down to one (lanes along the row, as NCHW).
-  int cb = chan_last ? (a.C > 16 ? 32 : 8) : 1;
+  // The tile for cb channels per block: items per block to a target, sized to the budget
+  // (rows, then columns, shrink), or false where even the smallest tile exceeds the device.
   int64_t XL = 1, TQy = 1, smem = 0;
-  for (;;) {
+  auto stage_bytes = [&](int cb) {
+    const int64_t TQx = XL * dw_v(cb);
+    return (dw_span(a.y, TQy, sy1) * dw_span(a.x, TQx, sx1) * cb + int64_t(a.kk) * cb +
+            (cb == 1 ? TQy * Py * TQx * Px : 0)) * acc_bytes;
+  };
+  auto tile = [&](int cb) {
     const int il = kDwThreads / cb;
-    a.stage = cb == 1;
     const int V = dw_v(cb);
     // Items (V outputs of one row and phase) per block: 4 per item lane; one where grad_input
     // sums several planes per channel (m > 1), whose sums stay in registers across them.
@@ -193,25 +198,43 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
     XL = std::min<int64_t>((a.x.nq + V - 1) / V, cb == 1 ? 16 : cb == 8 ? 8 : 4);
     XL = std::max<int64_t>(XL, 1);
     TQy = std::max<int64_t>(1, std::min<int64_t>(target / (Py * Px * XL), a.y.nq));
-    bool fits = true;
     for (;;) {
-      const int64_t TQx = XL * V;
-      const int64_t elems = dw_span(a.y, TQy, sy1) * dw_span(a.x, TQx, sx1) * cb +
-                            int64_t(a.kk) * cb + (a.stage ? TQy * Py * TQx * Px : 0);
-      smem = elems * acc_bytes;
-      if (smem <= kDwSmemBytes) break;
+      smem = stage_bytes(cb);
+      if (smem <= kDwSmemBytes) return true;
       if (TQy > 1) TQy = (TQy + 1) / 2;
       else if (XL > 1) XL = (XL + 1) / 2;
-      else {
-        fits = smem <= dw_smem_optin();
-        break;
-      }
+      else return smem <= dw_smem_optin();
     }
-    if (fits) break;
+  };
+  // Channels-last: 32 (or, for 16 channels or fewer, 8) channels per block; where even the
+  // smallest such tile's stage (CB times a plane's) exceeds the device's shared memory (large
+  // dilated kernels), fewer channels per block, down to one (lanes along the row, as NCHW).
+  // NCHW planes so small that one block's tile, the whole plane, holds at most 16 items, so
+  // that its one warp would have half its lanes or more idle (tiny spatial sizes: 2x2 to ~8x8
+  // outputs): a lane per channel as for channels-last (the strides are the tensor's; a lane
+  // per plane), so that a block's threads work (128 x 768 planes of 2x2, k=3: 0.16 ms for
+  // 12 MB of traffic, block scheduling, against 0.04). With more items the warp's lanes are
+  // mostly busy and the NCHW tile stays (13x13 planes, k=9: 50 us against 70 per channel).
+  int cb = chan_last ? (a.C > 16 ? 32 : 8) : 1;
+  if (!chan_last && tile(1) && TQy * Py * Px * XL <= 16 && TQy >= a.y.nq &&
+      XL * dw_v(1) >= a.x.nq)
+    cb = a.C > 16 ? 32 : 8;
+  while (!tile(cb)) {
     if (cb == 1) return false;
     cb = cb == 32 ? 8 : 1;
   }
+  a.stage = cb == 1;
   const int V = dw_v(cb);
+  // Fewer blocks than SMs (few images and channels, e.g. one input channel to 8 at batch 8: a
+  // block per plane): shorter tiles, down to a row, until each SM has one (14 -> 10 us there;
+  // asking for two per SM made tiles shorter than their halo pays for: 16 -> 19 us on 21
+  // planes of 199x199, k=7).
+  const int64_t planes = p.N * ((a.C + cb - 1) / cb) * ((a.x.nq + XL * V - 1) / (XL * V));
+  if (planes * ((a.y.nq + TQy - 1) / TQy) < int64_t(kDwSmBound)) {
+    const int64_t want = sm_count();
+    while (TQy > 1 && planes * ((a.y.nq + TQy - 1) / TQy) < want) TQy = (TQy + 1) / 2;
+    smem = stage_bytes(cb);
+  }
   a.XL = int(XL);
   a.y.TQ = int(TQy);
   a.x.TQ = int(XL * V);

@@ -1,7 +1,8 @@
 // The depthwise forward / grad_input kernel (common/depthwise.cuh says what it computes and how
 // the walk is laid out). CB channels per block: 1 for NCHW (the 256 threads are item lanes,
 // consecutive lanes on consecutive items of a row; staged loads and the staged outputs' stores
-// run along rows) and 8 or 32 for channels-last (a lane per channel, 256/CB item lanes).
+// run along rows) and 8 or 32 for channels-last and for NCHW planes of a few outputs (a lane per
+// channel, 256/CB item lanes; dw_plan).
 #include "cuda/common/depthwise.cuh"
 #include "cuda/common/dtype_switch.h"
 #include "cuda/common/mma_core.cuh"

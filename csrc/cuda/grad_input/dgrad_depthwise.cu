@@ -1,5 +1,6 @@
 // Depthwise grad_input, a thread per element (dgrad:depthwise: the planner's choice for strided
-// layers; at stride 1 the tiled kernel of grad_input/dgrad_depthwise_tiled.cu): one input
+// layers where few taps read each grad_output element; at stride 1 and where many do, the tiled
+// kernel of grad_input/dgrad_depthwise_tiled.cu): one input
 // channel per group (Cin == groups, m = Cout/groups outputs per input channel).
 //   gi[n, c, iy, ix] = sum over j < m, (ky, kx) of
 //       go[n, c*m + j, iy*sh - ph + ky*dh, ix*sw - pw + kx*dw] * w[c*m + j, ky, kx]

@@ -1909,10 +1909,10 @@ def test_depthwise_runs_its_kernels_by_default(monkeypatch):
 # several images, the last partial), a k=7 with a channel multiplier (two chunks of tap rows;
 # four in fp64), dilation 2 with stride 2 (no register window), stride (3, 2) (a window two
 # apart per pixel); the k=16 and (18, 13) rows take several chunks of tap columns. Tiny NCHW
-# planes (2x2 and 3x3 grad_input, 4x6 output; and the 1x1, 3x5 rows above), which the tiled
+# planes (2x2 and 2x3 grad_input, 4x6 output; and the 1x1, 3x5 rows above), which the tiled
 # kernel takes with a lane per channel as for channels-last (40 channels: a partial group of
 # 32; 20 channels with a multiplier of 2 in grad_input's serial sum); the small layers here
-# (fewer blocks than twice the SMs) get tiles of fewer rows.
+# (fewer blocks than SMs) get tiles of fewer rows.
 _DEPTHWISE_CFGS = [
     Cfg(2, 16, 16, 9, 11, k=4, stride=2, padding=1, groups=16, bias=True),
     Cfg(3, 40, 40, 7, 6, k=3, stride=1, padding=1, groups=40, bias=False),

@@ -939,8 +939,8 @@ static Algo plan_backward_transform_uncached(const Query& q, Algo forced) {
                                                                   : Algo::kStrided;
 }
 
-// Taps that read each grad_output element of a depthwise layer (about kh*kw / (sh*sw) where
-// the dilation divides neither stride; k*gcd(s, d)/s per dimension).
+// Taps that read each grad_output element of a depthwise layer (k*gcd(s, d)/s per dimension, at
+// least 1: kh*kw / (sh*sw) where each dilation is coprime with its stride).
 static double depthwise_go_reads(const Problem& p) {
   auto per_dim = [](int64_t k, int64_t s, int64_t d) {
     return std::max(1.0, double(k) * double(std::gcd(s, d)) / double(s));

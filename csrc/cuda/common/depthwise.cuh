@@ -63,7 +63,7 @@ struct DwArgs {
   int kk = 1, kw = 1;
   int XL = 1;       // items per tile row and phase; an item's outputs are q = xl*V + v
   int items = 0;    // TQy * Py * Px * XL
-  bool stage = false;  // outputs staged in shared memory (NCHW: a warp's rows written out whole)
+  bool stage = false;  // outputs staged in shared memory (cb == 1: a warp's rows written out whole)
   TensorRef in, out;   // read (x / grad_output) and written (out / grad_input) tensors
   const void* w = nullptr;     // [Cout][kh*kw] contiguous
   const void* bias = nullptr;  // [Cout] or nullptr
@@ -71,7 +71,7 @@ struct DwArgs {
 
 struct DwLaunch {
   int cb = 1;            // channels per block: 1 (NCHW), 8 or 32 (channels-last, tiny NCHW planes)
-  int threads = kDwThreads;  // NCHW: down to 32 for planes of few items
+  int threads = kDwThreads;  // cb == 1: down to 32 for planes of few items
   size_t smem = 0;
   int64_t blocks = 0;
 };
@@ -213,7 +213,7 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
   // that its one warp would have half its lanes or more idle (tiny spatial sizes: 2x2 to ~8x8
   // outputs): a lane per channel as for channels-last (the strides are the tensor's; a lane
   // per plane), so that a block's threads work (128 x 768 planes of 2x2, k=3: 0.16 ms for
-  // 12 MB of traffic, block scheduling, against 0.04). With more items the warp's lanes are
+  // 3 MB of traffic, block scheduling, against 0.04). With more items the warp's lanes are
   // mostly busy and the NCHW tile stays (13x13 planes, k=9: 50 us against 70 per channel).
   int cb = chan_last ? (a.C > 16 ? 32 : 8) : 1;
   if (!chan_last && tile(1) && TQy * Py * Px * XL <= 16 && TQy >= a.y.nq &&

@@ -5,8 +5,9 @@
 // Cout*kh*kw weights, each a reduction over N*H*W pixels: the floor is reading x and
 // grad_output once (docs/design.md, "Depthwise").
 // (grad_weight/wgrad_depthwise.cu reads grad_output straight from memory, a thread per
-// pixel; the planner takes it where no grad_output element is read twice, and for NCHW where
-// the register window below does not apply and few taps read each element.)
+// pixel; the planner takes it where no grad_output element is read twice (channels-last: past
+// 8 outputs per group), and for strided NCHW where the register window below does not apply
+// and few taps read each element, or taps overlap in one dimension only.)
 // Tiled: a block takes CB channels (a lane per channel where grad_output is channels-last, 32
 // or 8; one channel for NCHW, whose 256 lanes run along rows), a chunk of up to KR x KW taps and
 // a range of tiles; a tile is TN images x TY rows x TX columns of x. Per tile the block stages

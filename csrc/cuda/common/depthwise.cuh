@@ -7,13 +7,13 @@
 //   grad_input gi[n, c, iy, ix] = sum over j < m and taps of go[n, c*m+j, oy, ox] w[c*m+j, ky, kx]
 //              with the same oy (a strided convolution of the m planes).
 // A block takes a tile of one image's output plane (NCHW: one channel) or of 8 / 32 channels
-// (channels-last, and NCHW planes of a few outputs: a lane per channel): it stages the input
-// region the tile reads, zero-filled outside the tensor, and the taps' weights in shared memory (fp32; fp64 for double), then each
-// thread sums V consecutive outputs of one row per item (an item), one weight load per tap for
-// all of them; where a tap row's column reads step by one position per tap (every forward
-// without dilation, grad_input at stride 1 or 2 without dilation) the values the item reads
-// are loaded once into a register window, so that a tap costs V FMAs, a weight load and about
-// one staged load (a thread per output spent ~40 instructions of index arithmetic and
+// (channels-last, and NCHW planes of a few outputs: a lane per channel): it stages the input region
+// the tile reads, zero-filled outside the tensor, and the taps' weights in shared memory (fp32;
+// fp64 for double), then each thread sums V consecutive outputs of one row per item (an item), one
+// weight load per tap for all of them; where a tap row's column reads step by one position per tap
+// (every forward without dilation, grad_input at stride 1 or 2 without dilation) the values the
+// item reads are loaded once into a register window, so that a tap costs V FMAs, a weight load and
+// about one staged load (a thread per output spent ~40 instructions of index arithmetic and
 // predicated global loads per tap).
 // The walk is in stride-phase coordinates along each dimension: output o = q*P + r - o_off, with
 // P the stride (forward; grad_input has one phase), and within phase r the taps read the staged

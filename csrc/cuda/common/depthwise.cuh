@@ -63,7 +63,6 @@ struct DwArgs {
   int kk = 1, kw = 1;
   int XL = 1;       // items per tile row and phase; an item's outputs are q = xl*V + v
   int items = 0;    // TQy * Py * Px * XL
-  bool stage = false;  // outputs staged in shared memory (cb == 1: a warp's rows written out whole)
   TensorRef in, out;   // read (x / grad_output) and written (out / grad_input) tensors
   const void* w = nullptr;     // [Cout][kh*kw] contiguous
   const void* bias = nullptr;  // [Cout] or nullptr
@@ -223,16 +222,17 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
     if (cb == 1) return false;
     cb = cb == 32 ? 8 : 1;
   }
-  a.stage = cb == 1;
   const int V = dw_v(cb);
+  // Blocks: images x channel groups x tiles in y and x.
+  const int64_t planes = p.N * ((a.C + cb - 1) / cb) * ((a.x.nq + XL * V - 1) / (XL * V));
+  auto blocks = [&] { return planes * ((a.y.nq + TQy - 1) / TQy); };
   // Fewer blocks than SMs (few images and channels, e.g. one input channel to 8 at batch 8: a
   // block per plane): shorter tiles, down to a row, until each SM has one (14 -> 10 us there;
   // asking for two per SM made tiles shorter than their halo pays for: 16 -> 19 us on 21
   // planes of 199x199, k=7).
-  const int64_t planes = p.N * ((a.C + cb - 1) / cb) * ((a.x.nq + XL * V - 1) / (XL * V));
-  if (planes * ((a.y.nq + TQy - 1) / TQy) < int64_t(kDwSmBound)) {
+  if (blocks() < int64_t(kDwSmBound)) {
     const int64_t want = sm_count();
-    while (TQy > 1 && planes * ((a.y.nq + TQy - 1) / TQy) < want) TQy = (TQy + 1) / 2;
+    while (TQy > 1 && blocks() < want) TQy = (TQy + 1) / 2;
     smem = stage_bytes(cb);
   }
   a.XL = int(XL);
@@ -247,7 +247,7 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
   l.cb = cb;
   if (cb == 1) l.threads = int(std::min<int64_t>(kDwThreads, (a.items + 31) / 32 * 32));
   l.smem = size_t(smem);
-  l.blocks = p.N * int64_t(a.cgroups) * a.y.tiles * a.x.tiles;
+  l.blocks = blocks();
   return l.blocks < (int64_t(1) << 31) - 1;
 }
 

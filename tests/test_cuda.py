@@ -844,7 +844,7 @@ def _wg_kernel(names):
 def test_grad_weight_wgmma(cfg, dtype, tile, monkeypatch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma kernels run on compute capability 9.0")
-    _algo(monkeypatch, _algos("bwd:strided", "wgrad_x=copy",
+    _algo(monkeypatch, _algos("wgrad:tensorop", "bwd:strided", "wgrad_x=copy",
                               None if tile == "default" else f"wgrad_tile={tile}"))
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     x, w, b = cfg.make(dt, "cuda")
@@ -1890,6 +1890,30 @@ def test_depthwise_runs_its_kernels_by_default(monkeypatch):
             else:
                 assert not {"direct", "depthwise", "depthwise_tiled"} & set(got), \
                     convt2d.last_algorithms()
+
+
+def test_cost_model_choices_by_default(monkeypatch):
+    """The planner's cost-model rules (docs/design.md, "The planner"): grad_weight of one input
+    channel to 512 outputs (k=16 s=4) on the tensor-core GEMM over channels padded to a 16-byte
+    chunk, not the depthwise kernels; the forward of few outputs from channels-last x with
+    2,560 products per output (128 -> 4, k=(4,5)) on the implicit GEMM, not the direct kernels.
+    Each result checked against torch."""
+    _algo(monkeypatch, None)
+    for cfg, dtype, cl, want in [
+            (Cfg(1, 1, 512, 32, 32, k=16, stride=4), torch.bfloat16, False,
+             ("wgrad", "tensorop_padded")),
+            (Cfg(2, 128, 4, 32, 32, k=(4, 5), padding=1, bias=False), torch.float32, True,
+             ("fwd", "implicit_gemm"))]:
+        x, w, b = cfg.make(dtype, "cuda")
+        if cl:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+            check(x, w, b, cfg.kwargs(), backward=want[0] != "fwd", what=f"{cfg.id()} ")
+            if want[0] == "fwd":
+                convt2d.forward(x, w, b, **cfg.kwargs())
+            else:
+                _backward_here(cfg, x, w, [False, True, False])
+        assert _ran(want[0]) == want[1], (cfg.id(), convt2d.last_algorithms())
 
 
 # The depthwise kernels (forward/depthwise.cu and grad_input/dgrad_depthwise_tiled.cu on the

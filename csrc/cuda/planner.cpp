@@ -48,6 +48,12 @@ constexpr double kDirectTcRate = 25e12;      // FLOP/s, tensor-core direct forwa
 constexpr double kDirectDgradRate = 2.0e12;  // products/s (the weight load is warp-uniform)
 constexpr double kDirectWgradRate = 1.5e12;  // products/s (two loads each)
 constexpr double kDepthwiseRate = 5e12;      // depthwise forward: tap products per output / s
+// The depthwise grad_weight kernels, tap products (weight elements x pixels) / s, measured
+// (H100, 7 layers, one input channel to 1..1024 outputs per group): the per-pixel kernel
+// 5.5-6.5e11 on all; the tiled one 1.4-2.0e12 at stride 1, 8.5e11 at stride 2 and 4.2e11 at
+// stride 4 (fitted as the rate over sqrt(sh*sw))
+constexpr double kDepthwiseWgradRate = 6e11;
+constexpr double kDepthwiseWgradTiledRate = 2e12;
 // ... and outputs / s: its stores ran at 2-6e11 outputs/s on layers of 60-130M outputs (tuning
 // seed 1 + probes; 2-5x their bytes' floor), whatever the taps
 constexpr double kDepthwiseOutRate = 3e11;
@@ -377,9 +383,11 @@ double wgrad_time(Algo a, const Query& q) {
              std::max(mem, double(p.Cin * p.cout_g()) * kk * P / (kDirectWgradRate * eff));
     }
     case Algo::kWgradDepthwise:  // x and grad_output read once; a product per tap and pixel
-      return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / (2 * kDirectWgradRate));
+      return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / kDepthwiseWgradRate);
     case Algo::kWgradDepthwiseTiled:  // the same, a product per tap and pixel from registers
-      return 2 * kLaunch + std::max(mem, double(p.Cout) * kk * P / kDepthwiseRate);
+      return 2 * kLaunch +
+             std::max(mem, double(p.Cout) * kk * P * std::sqrt(double(p.sh * p.sw)) /
+                               kDepthwiseWgradTiledRate);
     case Algo::kWgradWgmmaNchw:
     case Algo::kWgradTensorOp:
       return 4 * kLaunch +
@@ -744,7 +752,13 @@ std::vector<Algo> forward_rules(const Query& q) {
     seq.push_back(Algo::kImplicitGemm);
     return seq;
   }
-  if (memory_bound && can_implement(Algo::kDirect, q) && !small_phase_gemm(q)) {
+  // Not where each output reduces over 1024 or more products (kpo) and the tensor-core GEMM
+  // takes the channels: the direct kernels' lanes run that reduction serially, each lane a few
+  // outputs, and a small layer has too few lanes to hide it (scripts/calibrate.py, channels-last
+  // x, 1..8 outputs per group: the GEMM 1.1-10x faster than the best direct kernel on all 8
+  // such layers, 128 -> 4 k=(4,5) on 32x32 fp32 376 -> 37 us; 0.8-1.3x of it at 256-1000).
+  const bool long_k = kpo >= 1024 && tc_gemm && tensor_cores(q) && q.math != MathMode::kIEEE;
+  if (memory_bound && can_implement(Algo::kDirect, q) && !small_phase_gemm(q) && !long_k) {
     seq.push_back(Algo::kDirect);
     return seq;
   }
@@ -1054,9 +1068,29 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
   const bool go_reuse = (q.p.kh - 1) * q.p.dh >= q.p.sh || (q.p.kw - 1) * q.p.dw >= q.p.sw;
   const bool go_lanes = q.go_cl && q.p.Cout > 1;
   const bool tiled = go_lanes ? q.p.cout_g() <= 8 || go_reuse : go_reuse && depthwise_tiles_pay(q, true);
-  if (tiled && can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
-  if (can_implement(Algo::kWgradDepthwise, q)) return Algo::kWgradDepthwise;
-  if (can_implement(Algo::kWgradDepthwiseTiled, q)) return Algo::kWgradDepthwiseTiled;
+  Algo dw = Algo::kNone;
+  if (tiled && can_implement(Algo::kWgradDepthwiseTiled, q)) dw = Algo::kWgradDepthwiseTiled;
+  else if (can_implement(Algo::kWgradDepthwise, q)) dw = Algo::kWgradDepthwise;
+  else if (can_implement(Algo::kWgradDepthwiseTiled, q)) dw = Algo::kWgradDepthwiseTiled;
+  // More than 8 outputs per input channel (as grad_input's rule): the depthwise kernel unless
+  // the cost model puts a tensor-core GEMM below it. One input channel to 768 / 1024, k=7 s=2
+  // and k=16 s=4: the depthwise kernels 0.73 / 1.66 ms, the tensorop kernel on channels padded
+  // to a 16-byte chunk 0.30 / 0.55 ms, bf16. (Not the CUDA-core kernels: the direct one's model
+  // is no measure there, 2x slower than its prediction on a 4-group layer of 14 outputs each.)
+  if (dw != Algo::kNone && q.p.cout_g() <= 8) return dw;
+  if (dw != Algo::kNone) {
+    Algo g = Algo::kNone;
+    double tg = wgrad_time(dw, q);
+    for (Algo c : {Algo::kWgradTensorOp, Algo::kWgradPadded}) {
+      if (!can_implement(c, q)) continue;
+      const double tc = c == Algo::kWgradPadded ? wgrad_padded_time(q) : wgrad_time(c, q);
+      if (tc < tg) {
+        g = c;
+        tg = tc;
+      }
+    }
+    return g == Algo::kNone ? dw : g;
+  }
   // fp32 with TF32 off (3xTF32) from the NCHW tensors themselves on Hopper wgmma: no
   // channels-last copies. With TF32 on, the tensorop kernel's TF32 tiles measured faster.
   Algo a = Algo::kWgradSimt;

@@ -696,6 +696,19 @@ bool cl_gemm(const Query& q) {
          tensor_cores(q) && q.math != MathMode::kIEEE;
 }
 
+// Each output reduces over 1024 or more products (k_per_output) and the tensor-core GEMM takes
+// the channels, TF32 allowed: not the direct kernels (forward_rules, and not the cost model's
+// candidates either), whose lanes run that reduction serially, each lane a few outputs, and a
+// small layer has too few lanes to hide it (scripts/calibrate.py, channels-last x, 1-4 outputs
+// per group, the layers the rules sent to them: the GEMM 1.1-10x faster than the best direct
+// kernel on all 8 such layers, 128 -> 4 k=(4,5) on 32x32 fp32 376 -> 37 us; 0.8-1.3x of it at
+// 256-1000 products). (8 or more outputs with such reductions are the GEMM's already: gemm_ok.)
+bool long_reduction(const Query& q) {
+  const Problem& p = q.p;
+  return k_per_output(p) >= 1024 && q.dt != DType::kDouble &&
+         p.cin_g() % chunk_elems(q.dt) == 0 && tensor_cores(q) && q.math != MathMode::kIEEE;
+}
+
 // The measured rules (the order to try; the last never declines).
 std::vector<Algo> forward_rules(const Query& q) {
   std::vector<Algo> seq;
@@ -752,13 +765,8 @@ std::vector<Algo> forward_rules(const Query& q) {
     seq.push_back(Algo::kImplicitGemm);
     return seq;
   }
-  // Not where each output reduces over 1024 or more products (kpo) and the tensor-core GEMM
-  // takes the channels: the direct kernels' lanes run that reduction serially, each lane a few
-  // outputs, and a small layer has too few lanes to hide it (scripts/calibrate.py, channels-last
-  // x, 1..8 outputs per group: the GEMM 1.1-10x faster than the best direct kernel on all 8
-  // such layers, 128 -> 4 k=(4,5) on 32x32 fp32 376 -> 37 us; 0.8-1.3x of it at 256-1000).
-  const bool long_k = kpo >= 1024 && tc_gemm && tensor_cores(q) && q.math != MathMode::kIEEE;
-  if (memory_bound && can_implement(Algo::kDirect, q) && !small_phase_gemm(q) && !long_k) {
+  if (memory_bound && can_implement(Algo::kDirect, q) && !small_phase_gemm(q) &&
+      !long_reduction(q)) {
     seq.push_back(Algo::kDirect);
     return seq;
   }
@@ -825,9 +833,10 @@ static std::vector<Algo> plan_forward_uncached(const Query& q, Algo forced) {
       continue;
     // Nor the direct kernels where the GEMM measured faster: small stride phases of a strided
     // 1x1 kernel (small_phase_gemm; the model charges the GEMM three launches against their
-    // one or two: 24 -> 17 us on 48 -> 32 k1 s2, 7x7) and channels-last x with many outputs
-    // (cl_gemm).
-    if ((small_phase_gemm(q) || cl_gemm(q)) &&
+    // one or two: 24 -> 17 us on 48 -> 32 k1 s2, 7x7), channels-last x with many outputs
+    // (cl_gemm) and long reductions (long_reduction: the model put direct_simt at 48 us on
+    // the layer where it ran 376).
+    if ((small_phase_gemm(q) || cl_gemm(q) || long_reduction(q)) &&
         (a == Algo::kDirectSimt || a == Algo::kDirectTensorOp))
       continue;
     const double t = fwd_time(a, q);
@@ -1072,24 +1081,18 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
   if (tiled && can_implement(Algo::kWgradDepthwiseTiled, q)) dw = Algo::kWgradDepthwiseTiled;
   else if (can_implement(Algo::kWgradDepthwise, q)) dw = Algo::kWgradDepthwise;
   else if (can_implement(Algo::kWgradDepthwiseTiled, q)) dw = Algo::kWgradDepthwiseTiled;
-  // More than 8 outputs per input channel (as grad_input's rule): the depthwise kernel unless
-  // the cost model puts a tensor-core GEMM below it. One input channel to 768 / 1024, k=7 s=2
-  // and k=16 s=4: the depthwise kernels 0.73 / 1.66 ms, the tensorop kernel on channels padded
-  // to a 16-byte chunk 0.30 / 0.55 ms, bf16. (Not the CUDA-core kernels: the direct one's model
-  // is no measure there, 2x slower than its prediction on a 4-group layer of 14 outputs each.)
-  if (dw != Algo::kNone && q.p.cout_g() <= 8) return dw;
+  // A single input channel (one group) to more than 8 outputs (as grad_input's rule): the
+  // depthwise kernel unless the cost model puts the tensor-core GEMM on channels padded to a
+  // 16-byte chunk below it. One input channel to 768 / 1024, k=7 s=2 and k=16 s=4: the
+  // depthwise kernels 0.73 / 1.66 ms, the padded GEMM 0.30 / 0.55 ms, bf16. (Measured with one
+  // group: grouped layers, whose padding multiplies x by the chunk, stay on the depthwise
+  // kernels; nor the CUDA-core kernels, whose direct one's model was 2x optimistic on a
+  // 4-group layer of 14 outputs each.)
   if (dw != Algo::kNone) {
-    Algo g = Algo::kNone;
-    double tg = wgrad_time(dw, q);
-    for (Algo c : {Algo::kWgradTensorOp, Algo::kWgradPadded}) {
-      if (!can_implement(c, q)) continue;
-      const double tc = c == Algo::kWgradPadded ? wgrad_padded_time(q) : wgrad_time(c, q);
-      if (tc < tg) {
-        g = c;
-        tg = tc;
-      }
-    }
-    return g == Algo::kNone ? dw : g;
+    if (q.p.groups == 1 && q.p.cout_g() > 8 && can_implement(Algo::kWgradPadded, q) &&
+        wgrad_padded_time(q) < wgrad_time(dw, q))
+      return Algo::kWgradPadded;
+    return dw;
   }
   // fp32 with TF32 off (3xTF32) from the NCHW tensors themselves on Hopper wgmma: no
   // channels-last copies. With TF32 on, the tensorop kernel's TF32 tiles measured faster.

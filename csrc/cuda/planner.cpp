@@ -239,7 +239,7 @@ struct DenseGemm {
   // in the forward (K = 1: outer products) nor in one GEMM over all pixels: one input channel
   // to 64 (1x1 kernel, 256x256, batch 32) ran 0.1-0.19 ms on cuBLAS in every pass (the forward
   // per image, the gradients with channels-last grad_output) against 0.23-1.6 ms on the
-  // depthwise and direct kernels (docs/perf-log.md, v35).
+  // depthwise and direct kernels (docs/design.md, the `cublas_gemm` row).
   bool slow_shape = false;
 };
 DenseGemm dense_gemm(Pass pass, const Query& q) {

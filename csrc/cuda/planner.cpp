@@ -29,6 +29,11 @@ double k_per_output(const Problem& p) {
 constexpr double kNarrowMinK = 16;
 
 bool tensor_cores(const Query& q) { return q.sm80 && q.dt != DType::kDouble; }
+// The forward's tensor-core implicit GEMM takes the input channels as they are (whole 16-byte
+// chunks per group) at full rate (16-bit, or TF32 allowed: not 3xTF32).
+bool fast_tc_gemm(const Query& q) {
+  return tensor_cores(q) && q.p.cin_g() % chunk_elems(q.dt) == 0 && q.math != MathMode::kIEEE;
+}
 
 // ---- the cost model ----------------------------------------------------------------------
 // An algorithm's time = its kernel and copy launches x kLaunch + max(bytes / bandwidth, work /
@@ -679,7 +684,7 @@ bool small_phase_gemm(const Query& q) {
   const Problem& p = q.p;
   const int64_t phase_pix = ((p.Ho + p.sh - 1) / p.sh) * ((p.Wo + p.sw - 1) / p.sw);
   return p.kh == 1 && p.kw == 1 && p.sh * p.sw > 1 && phase_pix <= 256 && p.cin_g() >= 32 &&
-         p.cin_g() % chunk_elems(q.dt) == 0 && tensor_cores(q) && q.math != MathMode::kIEEE;
+         fast_tc_gemm(q);
 }
 
 // Channels-last x with 32 or more outputs per group and the input channels in whole 16-byte
@@ -692,8 +697,7 @@ bool small_phase_gemm(const Query& q) {
 // 64x64, batch 1, fp32: 29 -> 54 us). With channels to pad (implicit_gemm_padded) the class
 // lost on 8 of 15 rows, once 8.6x (4 -> 56 k7 bf16, 17 -> 146 us): not taken.
 bool cl_gemm(const Query& q) {
-  return q.x_cl && !q.x_nchw && q.p.cout_g() >= 32 && q.p.cin_g() % chunk_elems(q.dt) == 0 &&
-         tensor_cores(q) && q.math != MathMode::kIEEE;
+  return q.x_cl && !q.x_nchw && q.p.cout_g() >= 32 && fast_tc_gemm(q);
 }
 
 // Each output reduces over 1024 or more products (k_per_output) and the tensor-core GEMM takes
@@ -703,11 +707,7 @@ bool cl_gemm(const Query& q) {
 // per group, the layers the rules sent to them: the GEMM 1.1-10x faster than the best direct
 // kernel on all 8 such layers, 128 -> 4 k=(4,5) on 32x32 fp32 376 -> 37 us; 0.8-1.3x of it at
 // 256-1000 products). (8 or more outputs with such reductions are the GEMM's already: gemm_ok.)
-bool long_reduction(const Query& q) {
-  const Problem& p = q.p;
-  return k_per_output(p) >= 1024 && q.dt != DType::kDouble &&
-         p.cin_g() % chunk_elems(q.dt) == 0 && tensor_cores(q) && q.math != MathMode::kIEEE;
-}
+bool long_reduction(const Query& q) { return k_per_output(q.p) >= 1024 && fast_tc_gemm(q); }
 
 // The measured rules (the order to try; the last never declines).
 std::vector<Algo> forward_rules(const Query& q) {
@@ -1074,7 +1074,7 @@ static Algo plan_grad_weight_uncached(const Query& q, Algo forced) {
   // against 1.20 ms; 56 channels k=(16,3) s=2 dilation 2, 48 taps an element: 43 against 56
   // us; k=(1,5) s=2: 0.17 against 0.13 ms; k=9 s=4: 0.26 against 0.16; one input channel to
   // 384, k=(3,1) s=2 dilation 2: 0.68 against 0.32).
-  const bool go_reuse = (q.p.kh - 1) * q.p.dh >= q.p.sh || (q.p.kw - 1) * q.p.dw >= q.p.sw;
+  const bool go_reuse = taps_overlap(q.p);  // some grad_output element read by several taps
   const bool go_lanes = q.go_cl && q.p.Cout > 1;
   const bool tiled = go_lanes ? q.p.cout_g() <= 8 || go_reuse : go_reuse && depthwise_tiles_pay(q, true);
   Algo dw = Algo::kNone;

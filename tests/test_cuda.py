@@ -1938,7 +1938,11 @@ def test_cost_model_choices_by_default(monkeypatch):
 # planes (2x2 and 2x3 grad_input, 4x6 output; and the 1x1, 3x5 rows above), which the tiled
 # kernel takes with a lane per channel as for channels-last (40 channels: a partial group of
 # 32; 20 channels with a multiplier of 2 in grad_input's serial sum); the small layers here
-# (fewer blocks than SMs) get tiles of fewer rows.
+# (fewer blocks than SMs) get tiles of fewer rows. One input channel to a multiple of 8 or 32
+# outputs per group, whose forward blocks (channels-last, tiny NCHW planes) stage their one
+# read plane once: 96 outputs per input channel (32 lanes of one plane, a register window
+# with a k=9 row), 16 from one channel (8 lanes), 24 per channel on 2x2 planes (NCHW too) and
+# 32 per channel dilated and strided (no register window), with bias.
 _DEPTHWISE_CFGS = [
     Cfg(2, 16, 16, 9, 11, k=4, stride=2, padding=1, groups=16, bias=True),
     Cfg(3, 40, 40, 7, 6, k=3, stride=1, padding=1, groups=40, bias=False),
@@ -1961,6 +1965,10 @@ _DEPTHWISE_CFGS = [
     Cfg(2, 20, 20, 9, 11, k=(2, 5), stride=(3, 2), groups=20),
     Cfg(3, 40, 40, 2, 2, k=3, padding=1, groups=40, bias=True),
     Cfg(2, 20, 40, 2, 3, k=3, stride=2, padding=1, output_padding=1, groups=20),
+    Cfg(2, 4, 384, 9, 11, k=9, padding=2, groups=4),
+    Cfg(3, 1, 16, 13, 10, k=4, stride=2, padding=1, bias=True),
+    Cfg(3, 2, 48, 2, 2, k=3, stride=2, padding=1, groups=2, bias=True),
+    Cfg(2, 2, 64, 7, 9, k=3, stride=2, dilation=3, output_padding=1, groups=2, bias=True),
 ]
 
 

@@ -8,7 +8,8 @@
 //              with the same oy (a strided convolution of the m planes).
 // A block takes a tile of one image's output plane (NCHW: one channel) or of 8 / 32 channels
 // (channels-last, and NCHW planes of a few outputs: a lane per channel): it stages the input region
-// the tile reads, zero-filled outside the tensor, and the taps' weights in shared memory (fp32;
+// the tile reads (per channel lane, or once where a forward block's channels share one plane),
+// zero-filled outside the tensor, and the taps' weights in shared memory (fp32;
 // fp64 for double), then each thread sums V consecutive outputs of one row per item (an item), one
 // weight load per tap for all of them; where a tap row's column reads step by one position per tap
 // (every forward without dilation, grad_input at stride 1 or 2 without dilation) the values the
@@ -70,6 +71,7 @@ struct DwArgs {
 
 struct DwLaunch {
   int cb = 1;            // channels per block: 1 (NCHW), 8 or 32 (channels-last, tiny NCHW planes)
+  bool one_plane = false;  // the forward's cb channels all read one plane, staged once
   int threads = kDwThreads;  // cb == 1: down to 32 for planes of few items
   size_t smem = 0;
   int64_t blocks = 0;
@@ -183,10 +185,14 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
   // The tile for cb channels per block: items per block to a target, sized to the budget
   // (rows, then columns, shrink), or false where even the smallest tile exceeds the device.
   int64_t XL = 1, TQy = 1, smem = 0;
+  // A forward block of cb > 1 channels whose outputs per input channel are a multiple of cb
+  // reads one plane: staged once, not once per channel lane (one input channel to 96 outputs
+  // of 32x32, k=9: a lane's copy each made the tiles 32x smaller than the budget allows).
+  auto one_plane = [&](int cb) { return fwd && cb > 1 && a.m % cb == 0; };
   auto stage_bytes = [&](int cb) {
     const int64_t TQx = XL * dw_v(cb);
-    return (dw_span(a.y, TQy, sy1) * dw_span(a.x, TQx, sx1) * cb + int64_t(a.kk) * cb +
-            (cb == 1 ? TQy * Py * TQx * Px : 0)) * acc_bytes;
+    return (dw_span(a.y, TQy, sy1) * dw_span(a.x, TQx, sx1) * (one_plane(cb) ? 1 : cb) +
+            int64_t(a.kk) * cb + (cb == 1 ? TQy * Py * TQx * Px : 0)) * acc_bytes;
   };
   auto tile = [&](int cb) {
     const int il = kDwThreads / cb;
@@ -214,10 +220,15 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
   // per plane), so that a block's threads work (128 x 768 planes of 2x2, k=3: 0.16 ms for
   // 3 MB of traffic, block scheduling, against 0.04). With more items the warp's lanes are
   // mostly busy and the NCHW tile stays (13x13 planes, k=9: 50 us against 70 per channel).
-  int cb = chan_last ? (a.C > 16 ? 32 : 8) : 1;
+  // A forward with 8, 16 or 24 outputs per input channel takes 8 channels per block, one
+  // plane each, rather than 32 lanes over several planes' copies (16 to 32 outputs per
+  // channel: 1.05-12x; 48-80 outputs, whose 32 lanes span two planes, ran 0.84-1.07x as
+  // 8 channels per block and stay at 32).
+  const int lanes_cb = fwd && a.m % 8 == 0 && a.m < 32 ? 8 : a.C > 16 ? 32 : 8;
+  int cb = chan_last ? lanes_cb : 1;
   if (!chan_last && tile(1) && TQy * Py * Px * XL <= 16 && TQy >= a.y.nq &&
       XL * dw_v(1) >= a.x.nq)
-    cb = a.C > 16 ? 32 : 8;
+    cb = lanes_cb;
   while (!tile(cb)) {
     if (cb == 1) return false;
     cb = cb == 32 ? 8 : 1;
@@ -245,6 +256,7 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
   a.items = int(TQy * Py * Px * XL);
   a.cgroups = (a.C + cb - 1) / cb;
   l.cb = cb;
+  l.one_plane = one_plane(cb);
   if (cb == 1) l.threads = int(std::min<int64_t>(kDwThreads, (a.items + 31) / 32 * 32));
   l.smem = size_t(smem);
   l.blocks = blocks();

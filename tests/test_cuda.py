@@ -1941,8 +1941,10 @@ def test_cost_model_choices_by_default(monkeypatch):
 # (fewer blocks than SMs) get tiles of fewer rows. One input channel to a multiple of 8 or 32
 # outputs per group, whose forward blocks (channels-last, tiny NCHW planes) stage their one
 # read plane once: 96 outputs per input channel (32 lanes of one plane, a register window
-# with a k=9 row), 16 from one channel (8 lanes), 24 per channel on 2x2 planes (NCHW too) and
-# 32 per channel dilated and strided (no register window), with bias.
+# with a k=9 row), 16 per channel (8 lanes; and a k=16 on 40x90 planes: several tiles in x,
+# more staged positions than one pass of the block's loads), 24 per channel on 2x2 planes (NCHW
+# too) and 32 per channel dilated and strided (no register window). (A single input channel's
+# x is NCHW whatever its memory format, and so is its output: those take the NCHW kernel.)
 _DEPTHWISE_CFGS = [
     Cfg(2, 16, 16, 9, 11, k=4, stride=2, padding=1, groups=16, bias=True),
     Cfg(3, 40, 40, 7, 6, k=3, stride=1, padding=1, groups=40, bias=False),
@@ -1966,7 +1968,8 @@ _DEPTHWISE_CFGS = [
     Cfg(3, 40, 40, 2, 2, k=3, padding=1, groups=40, bias=True),
     Cfg(2, 20, 40, 2, 3, k=3, stride=2, padding=1, output_padding=1, groups=20),
     Cfg(2, 4, 384, 9, 11, k=9, padding=2, groups=4),
-    Cfg(3, 1, 16, 13, 10, k=4, stride=2, padding=1, bias=True),
+    Cfg(3, 2, 32, 13, 10, k=4, stride=2, padding=1, groups=2, bias=True),
+    Cfg(3, 2, 32, 40, 90, k=16, padding=3, groups=2, bias=False),
     Cfg(3, 2, 48, 2, 2, k=3, stride=2, padding=1, groups=2, bias=True),
     Cfg(2, 2, 64, 7, 9, k=3, stride=2, dilation=3, output_padding=1, groups=2, bias=True),
 ]

@@ -211,7 +211,8 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
       else return smem <= dw_smem_optin();
     }
   };
-  // Channels-last: 32 (or, for 16 channels or fewer, 8) channels per block; where even the
+  // Channels-last: 32 (or, for 16 channels or fewer, and a forward of 8-24 outputs per input
+  // channel: below, 8) channels per block; where even the
   // smallest such tile's stage (CB times a plane's) exceeds the device's shared memory (large
   // dilated kernels), fewer channels per block, down to one (lanes along the row, as NCHW).
   // NCHW planes so small that one block's tile, the whole plane, holds at most 16 items, so
@@ -221,9 +222,10 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
   // 3 MB of traffic, block scheduling, against 0.04). With more items the warp's lanes are
   // mostly busy and the NCHW tile stays (13x13 planes, k=9: 50 us against 70 per channel).
   // A forward with 8, 16 or 24 outputs per input channel takes 8 channels per block, one
-  // plane each, rather than 32 lanes over several planes' copies (16 to 32 outputs per
-  // channel: 1.05-12x; 48-80 outputs, whose 32 lanes span two planes, ran 0.84-1.07x as
-  // 8 channels per block and stay at 32).
+  // plane each, rather than 32 lanes over several planes' copies (8 and 16 outputs per channel:
+  // 1.05-12x). Other multiples of 8 that are not multiples of 32 (40, 48, 56, 80, ...: a
+  // block's 32 lanes span two planes) ran 0.84-1.07x as 8 channels per block and stay at 32
+  // lanes over the planes' copies; multiples of 32 stage their one plane at 32 (one_plane).
   const int lanes_cb = fwd && a.m % 8 == 0 && a.m < 32 ? 8 : a.C > 16 ? 32 : 8;
   int cb = chan_last ? lanes_cb : 1;
   if (!chan_last && tile(1) && TQy * Py * Px * XL <= 16 && TQy >= a.y.nq &&

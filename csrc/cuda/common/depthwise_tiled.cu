@@ -29,7 +29,7 @@ __device__ __forceinline__ void dw_item_window(Acc (&acc)[V], const Acc* s_in, c
   for (int t_y = 0; t_y < nty; ++t_y, si += sy_step, wi += wy_step) {
     for (int t0 = 0; t0 < ntx; t0 += kDwKMax) {
       const int tn = min(kDwKMax, ntx - t0);
-      // Window offset u holds the staged value at base + u (in CB units); window offset tt
+      // Window offset u holds the staged value at base + u (in SC units); window offset tt
       // of the chunk's taps is tap t0 + tt (Ct = +1) or t0 + tn - 1 - tt (Ct = -1).
       const int base = si + (ct > 0 ? t0 : -(t0 + tn - 1)) * SC;
       Acc win[W];

@@ -211,10 +211,10 @@ inline bool dw_plan(const Problem& p, bool fwd, bool chan_last, int acc_bytes, D
       else return smem <= dw_smem_optin();
     }
   };
-  // Channels-last: 32 (or, for 16 channels or fewer, and a forward of 8-24 outputs per input
-  // channel: below, 8) channels per block; where even the
-  // smallest such tile's stage (CB times a plane's) exceeds the device's shared memory (large
-  // dilated kernels), fewer channels per block, down to one (lanes along the row, as NCHW).
+  // Channels-last: 32 (or, for 16 channels or fewer and for a forward of 8-24 outputs per
+  // input channel, below, 8) channels per block; where even the smallest such tile's stage
+  // exceeds the device's shared memory (large dilated kernels), fewer channels per block, down
+  // to one (lanes along the row, as NCHW).
   // NCHW planes so small that one block's tile, the whole plane, holds at most 16 items, so
   // that its one warp would have half its lanes or more idle (tiny spatial sizes: 2x2 to ~8x8
   // outputs): a lane per channel as for channels-last (the strides are the tensor's; a lane

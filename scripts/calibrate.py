@@ -10,7 +10,8 @@ shows the fallback), then with the planner's own choice, and torch's own op for 
 (`torch` in the output: F.conv_transpose2d, or aten.convolution_backward with one gradient).
 Prints, per pass, how often the default is within 10% of the best candidate, and the layers
 where it is furthest off; writes every time to --out (JSON). `--layer L` (repeatable, the
-`python -m convt2d.bench --layer` form) replaces the sweep with the layers given. Timing
+`python -m convt2d.bench --layer` form) replaces the sweep with the layers given; `--algos`
+(pass:algo,...) times only the candidates named for the passes it names. Timing
 (`--timer`): `events` (default), CUDA events around back-to-back calls, so host time counts
 (small layers' times are the host's), 3 warm-up runs, then the median of enough runs for about
 20 ms (at least 5); `bench`, the bench's own timer (triton's do_bench, median, with its L2 flush
@@ -111,7 +112,16 @@ def main():
                          "do_bench (L2 flushed between calls, GPU time)")
     ap.add_argument("--layer", action="append", default=[],
                     help="time these layers (bench --layer form) instead of the sweep")
+    ap.add_argument("--algos", default="",
+                    help="pass:algo,... : time only these candidates of the passes named "
+                         "(e.g. dgrad:depthwise,dgrad:depthwise_tiled); other passes all")
     args = ap.parse_args()
+    only = {}
+    for item in filter(None, args.algos.split(",")):
+        p, _, a = item.partition(":")
+        if p not in ALGOS or a not in ALGOS[p]:
+            raise SystemExit(f"--algos: {item!r} is not pass:algo (passes and algorithms: {ALGOS})")
+        only.setdefault(p, []).append(a)
     global TIMER
     if args.timer == "bench":
         TIMER = make_cuda_timer(quick=True)[0]
@@ -139,7 +149,7 @@ def main():
                 rec = {"config": cfg.name, "layer": cfg.layer_string(), "dtype": dn,
                        "pass": pass_, "times": {}}
                 bwd = "" if pass_ == "fwd" else ",bwd:strided"
-                for a in ALGOS[pass_]:
+                for a in only.get(pass_, ALGOS[pass_]):
                     try:
                         t, ran = run_pass(pass_, cfg, x, w, b, gy, f"{pass_}:{a}{bwd}")
                     except Exception as e:  # noqa: BLE001
@@ -152,10 +162,11 @@ def main():
                 rec["torch_ms"] = run_torch(pass_, cfg, x, w, b, gy)
                 out.append(rec)
             torch.cuda.empty_cache()
+        # (rewritten after every layer: a run cut short keeps what it timed)
+        with open(args.out, "w") as f:
+            json.dump({"env": {"device": torch.cuda.get_device_name(), "torch": torch.__version__},
+                       "args": vars(args), "rows": out}, f, indent=1)
     os.environ.pop("CONVT2D_ALGO", None)
-    with open(args.out, "w") as f:
-        json.dump({"env": {"device": torch.cuda.get_device_name(), "torch": torch.__version__},
-                   "args": vars(args), "rows": out}, f, indent=1)
     for pass_ in args.passes.split(","):
         rs = [r for r in out if r["pass"] == pass_ and r["times"]]
         if not rs:

@@ -310,9 +310,13 @@ cuda::Query make_query(const Problem& p, DType dt, MathMode math) {
 // One implicit GEMM (forward per phase, or grad_input) as algorithm `algo` (one of
 // Algo::kImplicitGemm*): the tensor-core kernels when the operands allow it (source read
 // channels-last), else (and for kImplicitGemmSimt) the CUDA-core kernel.
+// packed: the weight already packed for the tensor-core kernels (pack_weight, K-major), for a
+// caller that runs the same GEMM on several chunks of src (the GEMM + col2im forward);
+// undefined: packed here.
 void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& dst,
                const at::Tensor& weight, const at::Tensor& bias, const Problem& p, DType dt,
-               MathMode math, cudaStream_t st, Algo algo, const Variant& var) {
+               MathMode math, cudaStream_t st, Algo algo, const Variant& var,
+               const at::Tensor& packed = at::Tensor()) {
   const bool sm80 = is_sm80_plus();
   const bool fwd = mode == cuda::IgemmMode::kForward;
   cuda::IgemmParams prm;
@@ -353,7 +357,7 @@ void run_igemm(cuda::IgemmMode mode, const at::Tensor& src, const at::Tensor& ds
     const at::Tensor s2 =
         defer ? at::empty(src.sizes(), src.options().memory_format(at::MemoryFormat::ChannelsLast))
               : to_channels_last(src, st);
-    const at::Tensor w2 = pack_weight(weight, p, !fwd, /*k_major=*/true);
+    const at::Tensor w2 = packed.defined() ? packed : pack_weight(weight, p, !fwd, /*k_major=*/true);
     prm.src = ref(s2);
     if (defer) prm.src_nchw = ref(src);
     prm.wpk = w2.data_ptr();
@@ -583,6 +587,10 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
     // Cout*kh*kw x 1 x 1.
     Problem p1 = pointwise_problem(p, ck);
     const at::Tensor w1 = split.cublas ? weight : weight.reshape({p.Cin, ck, 1, 1});
+    // Its weight packed once for all chunks, not per chunk: the packing is a transpose of the
+    // whole weight (Cin x Cout*kh*kw), which a large layer's many chunks would repeat.
+    const at::Tensor w1pk = split.cublas ? at::Tensor()
+                                         : pack_weight(w1, p1, /*dgrad=*/false, /*k_major=*/true);
     for (int64_t n0 = 0; n0 < p.N; n0 += nb) {
       const int64_t n = std::min(nb, p.N - n0);
       const at::Tensor xc = input.narrow(0, n0, n);
@@ -593,7 +601,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
         p1.N = n;
         const at::Tensor yd = y.view({n, p.H, p.W, ck}).permute({0, 3, 1, 2});
         run_igemm(cuda::IgemmMode::kForward, xc, yd, w1, at::Tensor(), p1, dt, math, st,
-                  Algo::kImplicitGemm, ov.var);
+                  Algo::kImplicitGemm, ov.var, w1pk);
       }
       a.p.N = n;
       a.out.ptr = out.narrow(0, n0, n).data_ptr();

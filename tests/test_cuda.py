@@ -755,13 +755,15 @@ def test_tma_declines_tap_reach_beyond_im2col_offsets(monkeypatch):
 
 
 def test_halo_kernel_is_the_default_where_it_applies(monkeypatch):
-    """On an H100 (compute capability 9.0, sm_90a build) a dense stride-1 layer with 64
-    channels runs its bf16 forward on the halo kernel and its bf16 grad_input on the
-    warp-specialised kernel's TMA loader (measured faster there, perf-log v5); TF32 and
-    3xTF32 run both on the halo kernel (where the planner does not split K: _NO_SPLIT)."""
+    """On an H100 (compute capability 9.0, sm_90a build) the implicit GEMM of a dense
+    stride-1 layer with 64 channels runs its bf16 forward on the halo kernel and its bf16
+    grad_input on the warp-specialised kernel's TMA loader (measured faster there, perf-log
+    v5); TF32 and 3xTF32 run both on the halo kernel (where the planner does not split K:
+    _NO_SPLIT). The forward's implicit GEMM is forced: for so small a layer the cost model
+    may take the GEMM + col2im."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the halo kernel is built for sm_90a")
-    _algo(monkeypatch, _NO_SPLIT)
+    _algo(monkeypatch, _algos(_NO_SPLIT, "fwd:implicit_gemm"))
     cfg = Cfg(2, 64, 64, 16, 40, k=(3, 5), bias=False)
     x, w, _ = cfg.make(torch.bfloat16, "cuda")
     x.requires_grad_(True)
@@ -775,10 +777,10 @@ def test_halo_kernel_is_the_default_where_it_applies(monkeypatch):
     x32, w32 = x.detach().float().requires_grad_(True), w.float()
     names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
     assert _halo_tma(names) == (2, 0), names
-    _algo(monkeypatch, _algos(_NO_SPLIT, "loader=cpasync"))
+    _algo(monkeypatch, _algos(_NO_SPLIT, "fwd:implicit_gemm", "loader=cpasync"))
     names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
     assert _halo_tma(names) == (0, 2), names
-    _algo(monkeypatch, _NO_SPLIT)
+    _algo(monkeypatch, _algos(_NO_SPLIT, "fwd:implicit_gemm"))
     # fp32 with TF32 off: 3xTF32 on the halo kernel (the only wgmma 3xTF32 path).
     with _tf32_off():
         names = _kernel_names(lambda: convt2d.forward(x32, w32).sum().backward())
@@ -2346,8 +2348,7 @@ def test_gemm_col2im_planned(monkeypatch):
     check(x, w, b, few.kwargs(), what="col2im declined ")
     assert _ran("fwd") != "gemm_col2im", convt2d.last_algorithms()
     # Taps that overlap: few outputs from many input channels (a keypoint / RGB head) in
-    # either layout; not where the result would outweigh x (a large kernel into many outputs)
-    # nor for a small layer with fewer input channels.
+    # either layout; not where the result would outweigh x (a large kernel into many outputs).
     head = Cfg(4, 384, 4, 16, 16, k=7, stride=2, bias=True)
     for layout in ("nchw", "channels_last"):
         for dt in (torch.float32, torch.bfloat16) if _MM_FP32_OUT else (torch.float32,):
@@ -2361,10 +2362,18 @@ def test_gemm_col2im_planned(monkeypatch):
     x, w, b = rgb96.make(torch.float32, "cuda")
     check(x, w, b, rgb96.kwargs(), what="col2im head fp32 96 ", backward=False)
     assert _ran("fwd") == "gemm_col2im", convt2d.last_algorithms()
-    for cfg in (Cfg(2, 64, 56, 16, 16, k=9, stride=2), Cfg(2, 128, 4, 7, 7, k=7, stride=1, padding=3)):
-        x, w, b = cfg.make(torch.bfloat16, "cuda")
-        check(x, w, b, cfg.kwargs(), what="col2im declined (overlap) ", backward=False)
-        assert _ran("fwd") != "gemm_col2im", convt2d.last_algorithms()
+    big = Cfg(2, 64, 56, 16, 16, k=9, stride=2)
+    x, w, b = big.make(torch.bfloat16, "cuda")
+    check(x, w, b, big.kwargs(), what="col2im declined (overlap) ", backward=False)
+    assert _ran("fwd") != "gemm_col2im", convt2d.last_algorithms()
+    # The cost model's choice where it predicts 2x over the rules': a tiny input under a large
+    # dilated kernel (the per-phase implicit GEMM runs every tap over mostly cropped rows; the
+    # GEMM over all taps computes only the products that exist), fp32 with TF32 allowed.
+    tiny_in = Cfg(8, 1024, 56, 2, 64, k=(9, 3), stride=2, dilation=2)
+    x, w, b = tiny_in.make(torch.float32, "cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        check(x, w, b, tiny_in.kwargs(), what="col2im by the cost model ", backward=False)
+    assert _ran("fwd") == "gemm_col2im", convt2d.last_algorithms()
     # A tiny 16-bit layer with many input channels (a pix2pix bottleneck): taken in bf16 (and
     # fp16), not in fp32, not for a strided 1x1 kernel.
     if _MM_FP32_OUT:

@@ -174,8 +174,8 @@ double fwd_time(Algo a, const Query& q) {
     case Algo::kFwdGemmCol2im: {
       // The GEMM over all taps (x read once; N = Cout*kh*kw, the implicit GEMM's padded to
       // its 32-column tiles), its result written and read once more, the output; per chunk
-      // the GEMM's launches (the implicit GEMM's: + x's channels-last copy, the weight's
-      // packing) and the col2im pass.
+      // the GEMM's launches (the implicit GEMM's: + x's channels-last copy) and the col2im
+      // pass; the implicit GEMM's weight packed once.
       const Col2imSplit s = col2im_split(q);
       const double eb = double(elem_bytes(q.dt)), m = double(p.N * p.H * p.W);
       const double cols = double(p.Cout) * kk, k = double(p.Cin);
@@ -190,6 +190,7 @@ double fwd_time(Algo a, const Query& q) {
         gemm = std::max(io / kBandwidth,
                         2.0 * m * double(round_up(int64_t(cols), 32)) * k / gemm_rate(q, true));
         launches = 3;
+        gemm += 2.0 * eb * k * cols / kBandwidth;
         if (!q.x_cl) {
           gemm += 2.0 * eb * m * k / kBandwidth;
           launches += 1;
@@ -761,6 +762,22 @@ std::vector<Algo> forward_rules(const Query& q) {
   }
   const bool gemm_ok = tc_gemm && p.cout_g() >= 8 && kpo >= 256;
   const bool memory_bound = (p.cout_g() < 32 && !gemm_ok) || kpo < 64 || !q.sm80;
+  // Kernel == stride (each output pixel one tap; NCHW x and output): the patch GEMM, compute-
+  // bound (U-Net's k=2 s=2) and, for kernels larger than 1x1, memory-bound too. It reads x
+  // once as stored for all kh*kw columns and writes each output row segment once; the direct
+  // kernels, which memory-bound layers ran before, pad few input channels to a 16-byte K item
+  // and stage x per tap (tuning seed 7100: the patch GEMM 1.6-3x faster on all 4 such layers
+  // x fp32 / bf16, 64 x 3 -> 384 k=2 s=2 on 8x8 64 -> 21 us; one input channel to 768, 16x16:
+  // 95 us against 0.8-1.2 ms on the direct and depthwise kernels; held-out seeds 7101-7110:
+  // 1.1-3.3x on all 31 such rows). A memory-bound 1x1 kernel (no taps to share) stays on the
+  // direct kernels: the patch GEMM's 128-column tile holds only Cout/groups columns there, and
+  // it measured both ways (128 -> 1024 in 8 groups 2.4x faster; 48 -> 256 in 8 groups, 6 -> 32
+  // channels a group, fp32, 343 -> 907 us), so not until a model separates them. Not for fp32
+  // with TF32 off, where its 3xTF32 variant (one block per SM) measured slower than the halo
+  // kernel's 3xFP16 (0.71 vs 0.69 ms on a U-Net decoder layer).
+  const bool patch = can_implement(Algo::kPatchGemm, q) && q.math != MathMode::kIEEE;
+  const bool patch_first = patch && (!memory_bound || p.kh * p.kw > 1);
+  if (patch_first) seq.push_back(Algo::kPatchGemm);
   if (memory_bound && cl_gemm(q)) {
     seq.push_back(Algo::kImplicitGemm);
     return seq;
@@ -770,11 +787,7 @@ std::vector<Algo> forward_rules(const Query& q) {
     seq.push_back(Algo::kDirect);
     return seq;
   }
-  // Compute-bound kernel == stride layers (U-Net's k=2 s=2): the patch GEMM; not for fp32
-  // with TF32 off, where its 3xTF32 variant (one block per SM) measured slower than the
-  // halo kernel's 3xFP16 (0.71 vs 0.69 ms on a U-Net decoder layer).
-  if (can_implement(Algo::kPatchGemm, q) && q.math != MathMode::kIEEE)
-    seq.push_back(Algo::kPatchGemm);
+  if (patch && !patch_first) seq.push_back(Algo::kPatchGemm);
   // Tiny 16-bit layers that would run the per-phase implicit GEMM (the GEMM + col2im's result
   // at most 2^22 elements, 128+ input channels, 9+ outputs, kernels larger than 1x1: a
   // generator's or decoder's first layers, pix2pix's bottleneck): the implicit GEMM's few
@@ -795,11 +808,19 @@ std::vector<Algo> forward_rules(const Query& q) {
 // Whether the cost model may pick algorithm a: it can take the problem, and the rules'
 // conditions hold that measurements support everywhere (the narrow kernel's loads need
 // contiguous x rows, and its warps must not idle; the patch GEMM's 3xTF32 lost to the halo
-// kernel's 3xFP16).
+// kernel's 3xFP16; the GEMM + col2im as measured).
 bool forward_model_candidate(Algo a, const Query& q) {
   if (!can_implement(a, q)) return false;
   if (a == Algo::kNarrowOutput) return q.x_unit_w && !narrow_idle(q);
   if (a == Algo::kPatchGemm) return q.math != MathMode::kIEEE;
+  // The GEMM + col2im where the model puts it 2x under the rules' choice (tiny inputs under
+  // large or dilated kernels, few outputs, few input channels: docs/design.md, the planner):
+  // on the 165 rows of held-out sweeps (seeds 7101-7110, TF32 allowed and bf16) that it took,
+  // geomean 1.55x over the rules' choice, 134 faster, 23 slower (small layers whose fixed
+  // costs the model underrates), 43 from below torch to at or above it and 4 the other way.
+  // Not measured with TF32 off (its GEMM then the 3xTF32 / 3xFP16 implicit GEMM of the 1x1
+  // problem) nor for fp64: the rules only there.
+  if (a == Algo::kFwdGemmCol2im) return q.dt != DType::kDouble && q.math != MathMode::kIEEE;
   return true;
 }
 }  // namespace
@@ -816,7 +837,8 @@ static std::vector<Algo> plan_forward_uncached(const Query& q, Algo forced) {
   Algo best = rule;
   double tb = fwd_time(rule, q);
   for (Algo a : {Algo::kNarrowOutput, Algo::kDirectSimt, Algo::kDirectTensorOp,
-                 Algo::kPatchGemm, Algo::kFwdPadded, Algo::kFwdDepthwise, Algo::kImplicitGemm}) {
+                 Algo::kPatchGemm, Algo::kFwdPadded, Algo::kFwdDepthwise, Algo::kImplicitGemm,
+                 Algo::kFwdGemmCol2im}) {
     // (cuBLAS, where the rules take it, stays: prefer_cublas has weighed it.)
     if (rule == Algo::kFwdCublasGemm || rule == Algo::kFwdGemmCol2im) break;
     if (a == rule || !forward_model_candidate(a, q)) continue;

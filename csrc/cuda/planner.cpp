@@ -181,7 +181,9 @@ double fwd_time(Algo a, const Query& q) {
       const double cols = double(p.Cout) * kk, k = double(p.Cin);
       const double yb = (s.fp32 ? 4.0 : eb) * m * cols;
       const double chunks = std::ceil(double(p.N) / double(s.images));
-      const double io = eb * (m * k + k * cols) + yb;
+      // (each chunk's GEMM streams the whole weight: a large weight over many chunks is read
+      // many times)
+      const double io = eb * (m * k + chunks * k * cols) + yb;
       double gemm, launches;
       if (s.cublas) {
         gemm = std::max(io / kBandwidth, 2.0 * m * cols * k / cublas_rate(q.dt));

@@ -754,7 +754,7 @@ def test_tma_declines_tap_reach_beyond_im2col_offsets(monkeypatch):
     check(x.detach(), w, b, cfg.kwargs(), what="reach 256 ")
 
 
-def test_halo_kernel_is_the_default_where_it_applies(monkeypatch):
+def test_halo_kernel_is_the_implicit_gemms_default_where_it_applies(monkeypatch):
     """On an H100 (compute capability 9.0, sm_90a build) the implicit GEMM of a dense
     stride-1 layer with 64 channels runs its bf16 forward on the halo kernel and its bf16
     grad_input on the warp-specialised kernel's TMA loader (measured faster there, perf-log
@@ -1185,8 +1185,9 @@ def test_wide_input_rows_leave_the_direct_kernel(dtype, monkeypatch):
     """Few outputs (memory-bound by the rules) but 192 input channels per group: the direct
     tensor-core kernel's staged input rows are so wide that its tile holds one row per stride
     phase (2-4 warps per SM), and the cost model's occupancy term (direct_tc_occupancy) moves
-    the default to the implicit GEMM, which measured 2-13x faster on such layers (docs/design.md,
-    "Direct"). The default and the forced direct kernel both match the reference."""
+    the default off it (to the implicit GEMM, which measured 2-13x faster on such layers,
+    docs/design.md, "Direct"; in bf16 now the GEMM + col2im). The default and the forced direct
+    kernel both match the reference."""
     if torch.cuda.get_device_capability()[0] < 8:
         pytest.skip("the tensor-core direct kernel needs compute capability 8.0+")
     _algo(monkeypatch, None)
@@ -2332,7 +2333,8 @@ def test_gemm_col2im_planned(monkeypatch):
     channels dominate (256 or more, at least 8 per output column of a pixel) into an NCHW
     output, and not into a channels-last one, not for fewer input channels, not on cuBLAS under
     torch's deterministic mode; for taps that overlap, few outputs from many input channels
-    (col2im_preferred)."""
+    (col2im_preferred); and where the cost model predicts it 2x faster than the rules' choice
+    (TF32 allowed or 16-bit)."""
     _algo(monkeypatch, None)
     rgb = Cfg(2, 512, 3, 8, 6, k=2, stride=2, bias=True)
     for layout in ("nchw", "channels_last"):

@@ -174,8 +174,9 @@ double fwd_time(Algo a, const Query& q) {
     case Algo::kFwdGemmCol2im: {
       // The GEMM over all taps (x read once; N = Cout*kh*kw, the implicit GEMM's padded to
       // its 32-column tiles), its result written and read once more, the output; per chunk
-      // the GEMM's launches (the implicit GEMM's: + x's channels-last copy) and the col2im
-      // pass; the implicit GEMM's weight packed once.
+      // the GEMM's launches (the implicit GEMM's: + x's channels-last copy and, though it now
+      // runs once, the weight's packing: a launch per further chunk too many) and the col2im
+      // pass; the implicit GEMM's weight's packing bytes once.
       const Col2imSplit s = col2im_split(q);
       const double eb = double(elem_bytes(q.dt)), m = double(p.N * p.H * p.W);
       const double cols = double(p.Cout) * kk, k = double(p.Cin);
@@ -769,9 +770,8 @@ std::vector<Algo> forward_rules(const Query& q) {
   // once as stored for all kh*kw columns and writes each output row segment once; the direct
   // kernels, which memory-bound layers ran before, pad few input channels to a 16-byte K item
   // and stage x per tap (tuning seed 7100: the patch GEMM 1.6-3x faster on all 4 such layers
-  // x fp32 / bf16, 64 x 3 -> 384 k=2 s=2 on 8x8 64 -> 21 us; one input channel to 768, 16x16:
-  // 95 us against 0.8-1.2 ms on the direct and depthwise kernels; held-out seeds 7101-7110:
-  // 1.1-3.3x on all 31 such rows). A memory-bound 1x1 kernel (no taps to share) stays on the
+  // x fp32 / bf16, 64 x 3 -> 384 k=2 s=2 on 8x8 64 -> 21 us; held-out seeds 7101-7110: 1.1-3.3x
+  // on all 31 such rows). A memory-bound 1x1 kernel (no taps to share) stays on the
   // direct kernels: the patch GEMM's 128-column tile holds only Cout/groups columns there, and
   // it measured both ways (128 -> 1024 in 8 groups 2.4x faster; 48 -> 256 in 8 groups, 6 -> 32
   // channels a group, fp32, 343 -> 907 us), so not until a model separates them. Not for fp32
@@ -819,7 +819,9 @@ bool forward_model_candidate(Algo a, const Query& q) {
   // large or dilated kernels, few outputs, few input channels: docs/design.md, the planner):
   // on the 165 rows of held-out sweeps (seeds 7101-7110, TF32 allowed and bf16) that it took,
   // geomean 1.55x over the rules' choice, 134 faster, 23 slower (small layers whose fixed
-  // costs the model underrates), 43 from below torch to at or above it and 4 the other way.
+  // costs the model underrates, and two rows of one layer with a 170 MB weight that the
+  // weight's per-chunk reads, in its model since, gave back to the implicit GEMM), 43 from
+  // below torch to at or above it and 4 the other way.
   // Not measured with TF32 off (its GEMM then the 3xTF32 / 3xFP16 implicit GEMM of the 1x1
   // problem) nor for fp64: the rules only there.
   if (a == Algo::kFwdGemmCol2im) return q.dt != DType::kDouble && q.math != MathMode::kIEEE;

@@ -18,6 +18,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/tma_maps.cuh"
 #include "cuda/common/wgmma.cuh"
+#include "cuda/common/ws_collectives.cuh"
 #include "common/static_switch.h"
 #include <cstdint>
 #include <cstdlib>
@@ -203,13 +204,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) tc_igemm_kernel(
     if constexpr (Tr::kWgmma) {
       // Warpgroup wg: rows [64wg, 64wg+64) of A, all BN rows of B; a k-step
       // advances both descriptors by 32 bytes inside the swizzle atom.
-      const uint32_t a_tile = sa + (warp / 4) * 64 * BKB, b_tile = sa + BM * BKB;
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-      for (int ks = 0; ks < Tr::KS; ++ks)
-        Wgmma<T, BN>::run(&acc[0][0][0], sw128_desc(a_tile + 32 * ks), sw128_desc(b_tile + 32 * ks));
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      wgmma_ktile<T, BN, 1>(acc, sa + (warp / 4) * 64 * BKB, sa + BM * BKB);
+      wgmma_wait<0>();
       continue;
     }
     // 3xTF32: this k-tile's partial sums (common/ptx.cuh, SplitMma).
@@ -344,25 +340,18 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ T
   const int Kc = int(prm.Kc), Nc = int(prm.Nc);
   const int kc_tiles = (Kc + BK - 1) / BK;
   const int iters = t.ntap_y * t.ntap_x * kc_tiles;
-  const uint32_t full0 = sbase + Tr::kBarOff, empty0 = full0 + S * 8;
+  const StageRing<S> ring(sbase + Tr::kBarOff);
   if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(full0 + 8 * s, kTma ? 1 : 128);
-      mbar_init(empty0 + 8 * s, Tr::kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    ring.init(kTma ? 1 : 128, Tr::kConsumers);
+    mbar_init_fence();
   }
   __syncthreads();
 
   if constexpr (kTma) {
     if (wg == 0) {
       if (tid != 0 || iters == 0) return;
-      const CUtensorMap* amap = &args.tma.a[t.ry * prm.phases_x + t.rx];
-      const CUtensorMap* bmap = &args.tma.b;
-      tma_prefetch_map(amap);
-      tma_prefetch_map(bmap);
-      const int lo_y = int(tap_lo(t.ia_y, t.it_y, t.ntap_y));
-      const int lo_x = int(tap_lo(t.ia_x, t.it_x, t.ntap_x));
+      const TmaTile m = tma_tile(args, t);
+      const int lo_y = m.lo_y, lo_x = m.lo_x;
       const int64_t n = udiv_fast(t.m0, t.pix), rem = t.m0 - n * t.pix;
       const int64_t qy = udiv_fast(rem, t.nqx), qx = rem - qy * t.nqx;
       const int bx = int(qx) * t.im_x + lo_x, by = int(qy) * t.im_y + lo_y;
@@ -370,15 +359,15 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ T
       const int b_row = int((t.g * p.kh * p.kw) * prm.Nc + t.n0);
       int ct = 0, jx = 0, jy = 0;
       for (int it = 0; it < iters; ++it) {
-        const int s = it % S;
-        if (it >= S) mbar_wait(empty0 + 8 * s, uint32_t((it / S - 1) & 1));
-        const uint32_t sa = sbase + s * Tr::kStageBytes, sb = sa + BM * BKB;
-        mbar_arrive_expect_tx(full0 + 8 * s, Tr::kStageBytes);
-        tma_load_im2col4(sa, amap, full0 + 8 * s, c_base + ct * BK, bx, by, int(n),
+        ring.acquire(it);
+        const uint32_t sa = sbase + ring.stage(it) * Tr::kStageBytes, sb = sa + BM * BKB;
+        const uint32_t full = ring.full_bar(it);
+        mbar_arrive_expect_tx(full, Tr::kStageBytes);
+        tma_load_im2col4(sa, m.a, full, c_base + ct * BK, bx, by, int(n),
                          uint16_t(t.ia_x + jx * t.it_x - lo_x),
                          uint16_t(t.ia_y + jy * t.it_y - lo_y));
         const int tap = (t.k0y + jy * t.ksy) * p.kw + t.k0x + jx * t.ksx;
-        tma_load_2d(sb, bmap, full0 + 8 * s, ct * BK, b_row + tap * int(prm.Nc));
+        tma_load_2d(sb, m.b, full, ct * BK, b_row + tap * int(prm.Nc));
         if (++ct == kc_tiles) {
           ct = 0;
           if (++jx == t.ntap_x) { jx = 0; ++jy; }
@@ -407,9 +396,8 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ T
     const uint32_t uHs = uint32_t(prm.Hs), uWs = uint32_t(prm.Ws);
     TapCursor l(prm, t, tap_stride);
     for (int it = 0; it < iters; ++it) {
-      const int s = it % S;
-      if (it >= S) mbar_wait(empty0 + 8 * s, uint32_t((it / S - 1) & 1));
-      const uint32_t sa = sbase + s * Tr::kStageBytes, sb = sa + BM * BKB;
+      ring.acquire(it);
+      const uint32_t sa = sbase + ring.stage(it) * Tr::kStageBytes, sb = sa + BM * BKB;
       const int c0 = l.ct * BK + sub * E;
 #pragma unroll
       for (int i = 0; i < AR; ++i) {
@@ -432,7 +420,7 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ T
           cp_async16(sb + swz<CH>(r, sub + TPR * c), ok ? gb + TPR * c * E : wpk, ok ? 16 : 0);
         }
       }
-      mbar_arrive_cp_async(full0 + 8 * s);
+      mbar_arrive_cp_async(ring.full_bar(it));
       l.advance(t, kc_tiles);
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // no exit with copies in flight
@@ -440,40 +428,24 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ T
   }
 
   // ---- consumers: warpgroup cw = wg - 1 owns rows [128 cw, 128 cw + 128) ---------------
+  static_assert(Tr::KS == 4 && BKB == 128, "wgmma_ktile: 128-byte K rows, 4 k-steps");
   const int cw = wg - 1, ctid = tid - 128;
   float acc[2][NI][4];
   zero_acc(acc);
   for (int it = 0; it < iters; ++it) {
-    const int s = it % S;
-    mbar_wait(full0 + 8 * s, uint32_t((it / S) & 1));
+    ring.wait(it);
     // A cp.async stage was written through the generic proxy; wgmma reads it
     // through the async proxy (TMA writes through the async proxy already).
     if constexpr (!kTma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    const uint32_t sa = sbase + s * Tr::kStageBytes;
-    const uint32_t a_tile = sa + cw * 128 * BKB, b_tile = sa + BM * BKB;
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-    for (int ks = 0; ks < Tr::KS; ++ks)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        Wgmma<T, BN>::run(&acc[h][0][0], sw128_desc(a_tile + h * 64 * BKB + 32 * ks),
-                          sw128_desc(b_tile + 32 * ks));
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-    if (it > 0) mbar_arrive(empty0 + 8 * ((it - 1) % S));
+    const uint32_t sa = sbase + ring.stage(it) * Tr::kStageBytes;
+    wgmma_ktile<T, BN, 2>(acc, sa + cw * 128 * BKB, sa + BM * BKB);
+    wgmma_wait<1>();
+    if (it > 0) ring.release(ring.stage(it - 1));
   }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  wgmma_wait<0>();
   sync_threads_n<Tr::kConsumers>();  // both consumers done reading the stages
-  float* sC = reinterpret_cast<float*>(smem);
-  const int wq = warp & 3;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-      put_acc<kChanOut, Tr::LDC_M, Tr::LDC_N>(sC, cw * 128 + h * 64 + wq * 16 + (lane >> 2),
-                                              j * 8 + 2 * (lane & 3), acc[h][j]);
-  store_c_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, Tr::kConsumers, kChanOut>(
-      prm, sC, reinterpret_cast<int64_t*>(smem + Tr::kRowTableOff), ctid, t);
+  store_consumer_tile<T, BM, BN, Tr::LDC_M, Tr::LDC_N, Tr::kRowTableOff, Tr::kConsumers, kChanOut,
+                      false, 2>(prm, smem, acc, cw * 128, ctid, t);
   }  // if constexpr (kSm90aPass)
 }
 

@@ -2189,6 +2189,9 @@ def test_cublas_gemm_planned_and_declined(monkeypatch):
 # padding 3, stride 1 with k=5, k=(6,4) s=(3,2) with output padding, dilation (2,3) stride (3,1)
 # into one channel with Cin not a multiple of 4 (cuBLAS for fp32 too), k=16 s=8 on 45 images
 # (chunks of 20, the last of 5; fp64 of 10), a 1x1 kernel at stride 1 with padding (cropped).
+# 2x2 images at batch 64 (NCHW: cuBLAS's per-image GEMMs would re-read the weight 64 times, so
+# x is copied channels-last for one GEMM over all pixels; col2im_split's x_copy), with Cin in
+# 16-byte chunks and not (cuBLAS for fp32 too).
 # 16-bit overlapping taps need mm / bmm with an fp32 out_dtype (torch 2.8+).
 _MM_FP32_OUT = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
 
@@ -2206,6 +2209,8 @@ _COL2IM_CFGS = [
     Cfg(3, 10, 1, 5, 6, k=3, stride=(3, 1), padding=(1, 2), dilation=(2, 3), bias=True),
     Cfg(45, 8, 4, 20, 20, k=16, stride=8, padding=7, output_padding=4, bias=True),
     Cfg(2, 12, 7, 5, 6, k=1, stride=1, padding=(1, 2), bias=True),
+    Cfg(64, 256, 128, 2, 2, k=3, padding=1, bias=True),
+    Cfg(64, 21, 512, 2, 2, k=5, dilation=2),
 ]
 
 

@@ -576,7 +576,7 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
         {nb * hw * ck}, input.options().dtype(split.fp32 ? at::kFloat : input.scalar_type()));
     cuda::Col2imArgs a;
     a.p = p;
-    if (!split.cublas || q.x_cl) {  // y [pixel][co][tap]
+    if (split.x_rows) {  // y [pixel][co][tap]
       a.ysn = hw * ck; a.ysc = kk; a.yst = 1; a.ysp = ck;
     } else {  // y [image][co][tap][pixel] (cuBLAS, one GEMM per NCHW image)
       a.ysn = ck * hw; a.ysc = kk * hw; a.yst = hw; a.ysp = 1;
@@ -593,7 +593,9 @@ at::Tensor forward_cuda(const at::Tensor& input, const at::Tensor& weight,
                                          : pack_weight(w1, p1, /*dgrad=*/false, /*k_major=*/true);
     for (int64_t n0 = 0; n0 < p.N; n0 += nb) {
       const int64_t n = std::min(nb, p.N - n0);
-      const at::Tensor xc = input.narrow(0, n0, n);
+      const at::Tensor xn = input.narrow(0, n0, n);
+      // cuBLAS over pixel rows of NCHW images too small for a GEMM each (col2im_split).
+      const at::Tensor xc = split.x_copy ? xn.contiguous(at::MemoryFormat::ChannelsLast) : xn;
       const at::Tensor y = ybuf.narrow(0, 0, n * hw * ck);
       if (split.cublas) {
         cuda::cublas_taps_gemm(xc, weight, y, p, split.fp32);

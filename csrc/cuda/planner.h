@@ -59,9 +59,19 @@ bool taps_overlap(const Problem& p);
 // fp32 (16-bit x, cuBLAS with an fp32 out_dtype) or x's dtype, and images per chunk: GEMM
 // and col2im run chunk by chunk so the result's buffer stays within kCol2imChunkBytes.
 constexpr int64_t kCol2imChunkBytes = int64_t(32) << 20;
+// cuBLAS's per-image GEMM of an NCHW x is H*W columns wide: below one 128-column tile most of
+// each tile idles and every image re-reads the weight (measured, H200, 2x2 images at batch
+// 64-128: 67 -> 16 us, 150 -> 101 us with one GEMM over a channels-last copy).
+constexpr int64_t kCol2imRowsBelow = 128;
 struct Col2imSplit {
   bool cublas = true;
   bool fp32 = false;
+  // The GEMM runs over pixel rows (y [pixel][co][tap]): the implicit GEMM always, cuBLAS where
+  // x is channels-last or is copied so (x_copy: NCHW images of fewer pixels than
+  // kCol2imRowsBelow whose per-image GEMMs would re-read the weight more than the copy costs);
+  // else cuBLAS runs one GEMM per NCHW image (y [image][co][tap][pixel]).
+  bool x_rows = true;
+  bool x_copy = false;  // x copied channels-last for it
   int64_t images = 1;
   int64_t image_bytes = 0;  // one image's GEMM result
 };

@@ -3,8 +3,9 @@ its TMA loader and with its cp.async loader (loader=cpasync), checked against fl
 CPU:
 - the warp-specialised tc_ws kernel: one forward with more tiles than SMs (4 phases x 36 row
   tiles) and its grad_input;
-- the halo kernel: a stride-1 3x3 forward (three tap columns per phase) and its grad_input;
-  and, in fp32 with TF32 off, its 3xFP16 (block per tile and persistent) and 3xTF32 variants.
+- the halo kernel: a stride-1 3x3 forward (three tap columns per phase) and its grad_input,
+  into 96 and 64 columns (256- and 512-row tiles); and, in fp32 with TF32 off, its 3xFP16
+  (block per tile and persistent; 96 columns: 3xFP16 needs more than 64) and 3xTF32 variants.
 Usage: compute-sanitizer --tool racecheck|synccheck python scripts/sanitize_ws.py"""
 import os
 
@@ -20,6 +21,8 @@ CASES = (
      ((4, 64, 48, 48), (64, 192, 4, 4), 2, 1)),
     ("halo", "fwd:implicit_gemm_halo,dgrad:implicit_gemm_halo",
      ((2, 64, 40, 40), (64, 96, 3, 3), 1, 1)),
+    ("halo", "fwd:implicit_gemm_halo,dgrad:implicit_gemm_halo",  # 64 columns: 512-row tiles
+     ((2, 64, 40, 40), (64, 64, 3, 3), 1, 1)),
 )
 # fp32 with TF32 off (the halo kernel's split variants): the option each run adds
 IEEE = ("", "f16x3_persist=on", "f16x3=off")

@@ -477,27 +477,27 @@ bool taps_overlap(const Problem& p) {
 Col2imSplit col2im_split(const Query& q) {
   const Problem& p = q.p;
   Col2imSplit s;
-  // fp32: cuBLAS runs its GEMM at IEEE precision (~30 TFLOP/s), the tensor-core implicit
-  // GEMM at TF32 (or 3xTF32 with TF32 off) but reads x channels-last (a copy of NCHW x): the
-  // engine of the smaller time, GEMM FLOPs at its rate + the copy's bytes. 16-bit and fp64:
-  // cuBLAS (16-bit with an fp32 result: summed taps round once).
-  const bool igemm_ok = q.dt == DType::kFloat && tensor_cores(q) && p.Cin % chunk_elems(q.dt) == 0;
-  if (igemm_ok) {
-    const double m = double(p.N * p.H * p.W), eb = double(elem_bytes(q.dt));
-    const double flops = 2.0 * m * double(p.Cout * p.kh * p.kw) * double(p.Cin);
-    const double copy = q.x_cl ? 0.0 : 2.0 * eb * m * double(p.Cin) / kBandwidth;
-    s.cublas = q.cublas && flops / cublas_rate(q.dt) < flops / gemm_rate(q, true) + copy;
-  }
   // cuBLAS on NCHW x: one GEMM per image, H*W columns wide, each reading the whole weight.
   // Images narrower than a 128-column tile are copied channels-last for one GEMM over all
   // pixels where the weight's re-reads are over twice the copy's cost (x's bytes twice, and a
   // launch as bytes). Measured (H200): 33-69 MB of re-reads 1.1-4x faster with the copy,
-  // 12-16 MB no faster (L2 serves them).
-  if (s.cublas && !q.x_cl && p.H * p.W < kCol2imRowsBelow) {
-    const double eb = double(elem_bytes(q.dt)), x = eb * double(p.N * p.Cin * p.H * p.W);
-    const double reread = eb * double(p.N) * double(p.Cin * p.Cout * p.kh * p.kw);
-    s.x_copy = reread > 2.0 * (2.0 * x + kLaunch * kBandwidth);
+  // 12-16 MB no faster (L2 serves them: the per-image route's model charges none).
+  const double xb = double(elem_bytes(q.dt)) * double(p.N * p.Cin * p.H * p.W);
+  const double reread = double(elem_bytes(q.dt)) * double(p.N) * double(p.Cin * p.Cout * p.kh * p.kw);
+  const bool cublas_copies =
+      !q.x_cl && p.H * p.W < kCol2imRowsBelow && reread > 2.0 * (2.0 * xb + kLaunch * kBandwidth);
+  // fp32: cuBLAS runs its GEMM at IEEE precision (~30 TFLOP/s), the tensor-core implicit
+  // GEMM at TF32 (or 3xTF32 with TF32 off) but reads x channels-last (a copy of NCHW x): the
+  // engine of the smaller time, GEMM FLOPs at its rate + the copy's bytes (cuBLAS's too where
+  // it copies). 16-bit and fp64: cuBLAS (16-bit with an fp32 result: summed taps round once).
+  const bool igemm_ok = q.dt == DType::kFloat && tensor_cores(q) && p.Cin % chunk_elems(q.dt) == 0;
+  if (igemm_ok) {
+    const double flops = 2.0 * double(p.N * p.H * p.W) * double(p.Cout * p.kh * p.kw) * double(p.Cin);
+    const double copy = q.x_cl ? 0.0 : 2.0 * xb / kBandwidth;
+    s.cublas = q.cublas && flops / cublas_rate(q.dt) + (cublas_copies ? copy : 0.0) <
+                               flops / gemm_rate(q, true) + copy;
   }
+  s.x_copy = s.cublas && cublas_copies;
   s.x_rows = !s.cublas || q.x_cl || s.x_copy;
   s.fp32 = (q.dt == DType::kHalf || q.dt == DType::kBFloat16) && s.cublas && q.cublas_fp32_out;
   const int64_t eb = s.fp32 ? 4 : elem_bytes(q.dt);

@@ -60,8 +60,9 @@ bool taps_overlap(const Problem& p);
 // and col2im run chunk by chunk so the result's buffer stays within kCol2imChunkBytes.
 constexpr int64_t kCol2imChunkBytes = int64_t(32) << 20;
 // cuBLAS's per-image GEMM of an NCHW x is H*W columns wide: below one 128-column tile most of
-// each tile idles and every image re-reads the weight (measured, H200, 2x2 images at batch
-// 64-128: 67 -> 16 us, 150 -> 101 us with one GEMM over a channels-last copy).
+// each tile idles and every image re-reads the weight (measured, H200, the GEMM + col2im on
+// 2x2 images at batch 64-128 with one GEMM over a channels-last copy instead: 128 x 96 -> 256
+// k3 bf16 67 -> 17 us, 64 x 21 -> 512 k5 d2 fp32 150 -> 101 us).
 constexpr int64_t kCol2imRowsBelow = 128;
 struct Col2imSplit {
   bool cublas = true;

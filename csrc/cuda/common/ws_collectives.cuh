@@ -1,6 +1,7 @@
 // Collectives of the warp-specialised wgmma kernels (sm_90a): the pieces that the implicit
 // GEMM's warp-specialised kernel (implicit_gemm/igemm_tensor_core.cu) and the halo kernel
-// (implicit_gemm/igemm_halo_sm90.cu) share, in the roles they share. A block is three
+// (implicit_gemm/igemm_halo_sm90.cu) share, in the roles they share (wgmma_ktile also serves
+// the implicit GEMM's two-blocks-per-SM wgmma kernel, whose warpgroups all consume). A block is three
 // warpgroups: warpgroup 0 produces (a loader: cp.async from all 128 threads, or TMA from
 // one), warpgroups 1 and 2 consume (wgmma on their half of the tile's rows). Producer and
 // consumers hand shared-memory stages over through a StageRing; a consumer runs a stage as
@@ -21,7 +22,8 @@ namespace {
 #if defined(CONVT2D_WGMMA)
 // S shared-memory stages that a producer fills and the consumers read, each with two
 // mbarriers: full (the stage's data has landed: `producers` arrivals, 1 for a TMA thread
-// that sets the transaction bytes, 128 for the cp.async loader's threads) and empty (every
+// that sets the transaction bytes, 128 for the loader's threads: cp.async arrivals, or plain
+// ones after their stores from registers) and empty (every
 // consumer thread is done with it). Item i of the sequence both sides walk uses stage i % S
 // in round i / S, from which each wait's phase parity follows. The barriers are 2 S 8-byte
 // words from `bars` (full[S], then empty[S]).

@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(384, 1) tc_ws_kernel(const __grid_constant__ T
   const uint32_t sbase = (sraw + 1023u) & ~1023u;
   unsigned char* smem = smem_raw + (sbase - sraw);
   const Problem& p = prm.p;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int tid = threadIdx.x, warp = tid >> 5, wg = warp >> 2;
 
   const TileGeo t = tile_geo<BM, BN>(prm);
   if (t.m0 >= t.M) return;

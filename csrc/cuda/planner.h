@@ -69,7 +69,7 @@ struct Col2imSplit {
   bool fp32 = false;
   // The GEMM runs over pixel rows (y [pixel][co][tap]): the implicit GEMM always, cuBLAS where
   // x is channels-last or is copied so (x_copy: NCHW images of fewer pixels than
-  // kCol2imRowsBelow whose per-image GEMMs would re-read the weight more than the copy costs);
+  // kCol2imRowsBelow whose per-image GEMMs would re-read the weight for over twice the copy's cost);
   // else cuBLAS runs one GEMM per NCHW image (y [image][co][tap][pixel]).
   bool x_rows = true;
   bool x_copy = false;  // x copied channels-last for it

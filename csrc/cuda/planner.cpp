@@ -189,19 +189,17 @@ double fwd_time(Algo a, const Query& q) {
       if (s.cublas) {
         gemm = std::max(io / kBandwidth, 2.0 * m * cols * k / cublas_rate(q.dt));
         launches = 2;
-        if (s.x_copy) {  // x copied channels-last: read and written once more
-          gemm += 2.0 * eb * m * k / kBandwidth;
-          launches += 1;
-        }
       } else {
         gemm = std::max(io / kBandwidth,
                         2.0 * m * double(round_up(int64_t(cols), 32)) * k / gemm_rate(q, true));
         launches = 3;
         gemm += 2.0 * eb * k * cols / kBandwidth;
-        if (!q.x_cl) {
-          gemm += 2.0 * eb * m * k / kBandwidth;
-          launches += 1;
-        }
+      }
+      // x copied channels-last for a GEMM over pixel rows (the implicit GEMM's NCHW x, or
+      // cuBLAS's x_copy): read and written once more.
+      if (s.x_rows && !q.x_cl) {
+        gemm += 2.0 * eb * m * k / kBandwidth;
+        launches += 1;
       }
       return chunks * launches * kLaunch + gemm +
              (yb + eb * double(p.N * p.Cout * p.Ho * p.Wo)) / kBandwidth;
